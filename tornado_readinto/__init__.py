@@ -1,0 +1,54 @@
+"""tornado_readinto: zero-copy framed messaging over Tornado IOStreams.
+
+The names below are imported lazily (PEP 562), so that ``import
+tornado_readinto.framing`` (a pure codec) does not pull in Tornado.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> submodule that defines it
+_EXPORTS = {
+    "ReadIntoIOStream": "iostream",
+    "SSLReadIntoIOStream": "iostream",
+    "ChunkedWriteBuffer": "writebuffer",
+    "FrameReader": "framing",
+    "NEED_DATA": "framing",
+    "pack_header": "framing",
+    "FramedStream": "framed",
+    "ReadIntoError": "errors",
+    "FramingError": "errors",
+    "FrameTooLargeError": "errors",
+    "IncompleteReadError": "errors",
+    "BufferBusyError": "errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import (  # noqa: F401
+        BufferBusyError,
+        FrameTooLargeError,
+        FramingError,
+        IncompleteReadError,
+        ReadIntoError,
+    )
+    from .iostream import ReadIntoIOStream, SSLReadIntoIOStream  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

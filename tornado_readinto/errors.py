@@ -1,0 +1,95 @@
+"""The exception hierarchy of tornado_readinto.
+
+Every exception subclasses a builtin (or Tornado's ``StreamClosedError``) as well
+as `ReadIntoError`, so that existing ``except ValueError`` /
+``except StreamClosedError`` clauses keep working.  Each exception builds its
+message from its own fields: lower case, with the numbers, no final period.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+try:
+    from tornado.iostream import StreamClosedError
+except ImportError:  # pragma: no cover - exercised by the purity test only
+    # The pure modules (framing, writebuffer, allocators) must import without
+    # Tornado.  StreamClosedError is an OSError subclass, so OSError keeps the
+    # same ``except`` behaviour in that (Tornado-less) situation.
+    class StreamClosedError(OSError):  # type: ignore[no-redef]
+        def __init__(self, real_error: Optional[BaseException] = None) -> None:
+            super().__init__("Stream is closed")
+            self.real_error = real_error
+
+__all__ = [
+    "ReadIntoError",
+    "FramingError",
+    "FrameTooLargeError",
+    "IncompleteReadError",
+    "BufferBusyError",
+]
+
+
+class ReadIntoError(Exception):
+    """Base class of every error this package raises; never raised bare."""
+
+
+class FramingError(ReadIntoError, ValueError):
+    """The peer sent a header that does not describe a valid message."""
+
+
+class FrameTooLargeError(FramingError):
+    """A header field is over its configured limit.
+
+    Raised before anything is allocated for the message.
+
+    :ivar field: the limit's name, e.g. ``"max_frame_nbytes"``.
+    :ivar value: what the header asked for.
+    :ivar limit: the configured limit.
+    """
+
+    def __init__(self, field: str, value: int, limit: int) -> None:
+        self.field = field
+        self.value = value
+        self.limit = limit
+        super().__init__(f"header asks for {field.replace('max_', '')} = {value}, over {field} = {limit}")
+
+
+class IncompleteReadError(ReadIntoError, StreamClosedError):  # type: ignore[misc,valid-type]
+    """The stream closed before a read was complete.
+
+    Also a `tornado.iostream.StreamClosedError`, so code written for stock
+    Tornado catches it.
+
+    :ivar expected: bytes the read needed.
+    :ivar received: bytes that had arrived when the stream closed.
+    :ivar what: what was being read, e.g. ``"frame 3"`` (may be empty).
+    """
+
+    def __init__(
+        self,
+        expected: int,
+        received: int,
+        what: str = "",
+        real_error: Optional[BaseException] = None,
+    ) -> None:
+        super().__init__(real_error=real_error)
+        self.expected = expected
+        self.received = received
+        self.what = what
+        of = f" of {what}" if what else ""
+        msg = f"peer closed connection after {received} of {expected} bytes{of}"
+        if real_error is not None:
+            msg += f" ({type(real_error).__name__}: {real_error})"
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.expected, self.received, self.what))
+
+
+class BufferBusyError(ReadIntoError, RuntimeError):
+    """A second read started while one is in progress on the same stream, or
+    a buffer was resized while views of it were exported."""
