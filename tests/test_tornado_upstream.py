@@ -1,0 +1,74 @@
+"""Tornado's own iostream test suite, run unchanged against our classes.
+
+The upstream module is imported (not its classes) so that pytest does not
+collect the upstream tests a second time under their own names.
+"""
+
+import os
+import ssl
+
+from tornado.netutil import ssl_options_to_context, ssl_wrap_socket
+from tornado.test import iostream_test as upstream
+
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+
+_TORNADO_TEST_DIR = os.path.dirname(upstream.__file__)
+
+
+def _server_ssl_options():
+    return dict(
+        certfile=os.path.join(_TORNADO_TEST_DIR, "test.crt"),
+        keyfile=os.path.join(_TORNADO_TEST_DIR, "test.key"),
+    )
+
+
+class TestReadIntoIOStream(upstream.TestIOStreamMixin):
+    def _make_server_iostream(self, connection, **kwargs):
+        return ReadIntoIOStream(connection, **kwargs)
+
+    def _make_client_iostream(self, connection, **kwargs):
+        return ReadIntoIOStream(connection, **kwargs)
+
+
+class TestSSLReadIntoIOStream(upstream.TestIOStreamMixin):
+    def _make_server_iostream(self, connection, **kwargs):
+        ssl_ctx = ssl_options_to_context(_server_ssl_options(), server_side=True)
+        connection = ssl_ctx.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return SSLReadIntoIOStream(connection, **kwargs)
+
+    def _make_client_iostream(self, connection, **kwargs):
+        return SSLReadIntoIOStream(connection, ssl_options=dict(cert_reqs=ssl.CERT_NONE), **kwargs)
+
+
+class TestSSLReadIntoIOStreamContext(upstream.TestIOStreamMixin):
+    def _make_server_iostream(self, connection, **kwargs):
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(**_server_ssl_options())
+        connection = ssl_wrap_socket(connection, context, server_side=True, do_handshake_on_connect=False)
+        return SSLReadIntoIOStream(connection, **kwargs)
+
+    def _make_client_iostream(self, connection, **kwargs):
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return SSLReadIntoIOStream(connection, ssl_options=context, **kwargs)
+
+
+class TestReadIntoIOStreamWebHTTP(upstream.AsyncHTTPTestCase, upstream.TestIOStreamWebMixin):
+    def _make_client_iostream(self):
+        import socket
+
+        return ReadIntoIOStream(socket.socket())
+
+    def get_app(self):
+        return self.mixin_get_app()
+
+
+class TestSSLReadIntoIOStreamWebHTTPS(upstream.AsyncHTTPSTestCase, upstream.TestIOStreamWebMixin):
+    def _make_client_iostream(self):
+        import socket
+
+        return SSLReadIntoIOStream(socket.socket(), ssl_options=dict(cert_reqs=ssl.CERT_NONE))
+
+    def get_app(self):
+        return self.mixin_get_app()

@@ -1,0 +1,81 @@
+"""The one place that names Tornado internals this package depends on.
+
+`ReadIntoIOStream` subclasses `tornado.iostream.IOStream` and replaces its read
+and write machinery, so it necessarily uses private attributes and helpers of
+``tornado.iostream``.  They are listed (and imported) here so that a Tornado
+release that changes them fails loudly at import time, and so that one test
+(`tests/test_tornado_compat.py`) can check that they still exist.
+"""
+
+from __future__ import annotations
+
+import tornado
+from tornado.concurrent import future_set_result_unless_cancelled
+from tornado.iostream import (
+    _ERRNO_CONNRESET,
+    IOStream,
+    SSLIOStream,
+    StreamBufferFullError,
+    StreamClosedError,
+    UnsatisfiableReadError,
+    _StreamBuffer,
+)
+from tornado.netutil import _client_ssl_defaults, _server_ssl_defaults, ssl_wrap_socket
+
+__all__ = [
+    "MIN_TORNADO",
+    "PRIVATE_STREAM_ATTRS",
+    "IOStream",
+    "SSLIOStream",
+    "StreamBufferFullError",
+    "StreamClosedError",
+    "UnsatisfiableReadError",
+    "_StreamBuffer",
+    "_ERRNO_CONNRESET",
+    "_client_ssl_defaults",
+    "_server_ssl_defaults",
+    "check_stream_attrs",
+    "future_set_result_unless_cancelled",
+    "ssl_wrap_socket",
+]
+
+#: Oldest Tornado whose iostream internals match what this package overrides
+#: (the 6.5 series moved to ``_StreamBuffer.peek`` returning views that must be
+#: released; 6.6 is what we measure against).
+MIN_TORNADO = (6, 5)
+
+if tornado.version_info[:2] < MIN_TORNADO or tornado.version_info[0] != 6:
+    raise ImportError(
+        f"tornado_readinto needs tornado>={MIN_TORNADO[0]}.{MIN_TORNADO[1]},<7, "
+        f"found {tornado.version}"
+    )
+
+#: Private `BaseIOStream` attributes that this package reads or writes, and that
+#: dask.distributed's TCP comm uses (``_write_buffer``, ``_total_write_index``).
+PRIVATE_STREAM_ATTRS = (
+    "_read_buffer",
+    "_read_buffer_size",
+    "_user_read_buffer",
+    "_write_buffer",
+    "_total_write_index",
+    "_total_write_done_index",
+    "_write_futures",
+    "_read_future",
+    "_read_bytes",
+    "_read_partial",
+    "_read_delimiter",
+    "_read_regex",
+    "_read_max_bytes",
+    "_read_until_close",
+    "_close_callback",
+    "_connect_future",
+    "_ssl_connect_future",
+    "_connecting",
+    "_state",
+    "_closed",
+)
+
+
+def check_stream_attrs(stream: object) -> list[str]:
+    """Return the names in `PRIVATE_STREAM_ATTRS` that ``stream`` lacks."""
+    return [name for name in PRIVATE_STREAM_ATTRS if not hasattr(stream, name)]
