@@ -102,6 +102,9 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         raise TypeError(f"read_into needs a C-contiguous buffer, got a strided {type(buf).__name__}")
     if view.format == "B" and view.ndim == 1:
         return view
+    if view.nbytes == 0:  # cast() refuses shapes with a zero in them
+        view.release()
+        return memoryview(bytearray())
     with view:
         return view.cast("B")
 
@@ -256,6 +259,8 @@ class ReadIntoIOStream(IOStream):
         if self._read_future is future and not self.closed():
             gen_log.debug("read cancelled; closing %r so it cannot get out of step", self)
             self._read_future = None
+            # Drop what was read ahead too: it belongs to the abandoned read.
+            self._read_buffer_size = self._ra_start = 0
             self.close(exc_info=asyncio.CancelledError("a read was cancelled, so the stream was closed"))
 
     def _handle_read(self) -> None:
@@ -575,6 +580,10 @@ class ReadIntoIOStream(IOStream):
         sock = self.socket
         self.io_loop.remove_handler(sock)
         self.socket = None  # type: ignore[assignment]
+        # The socket now belongs to the TLS stream: closing this one later
+        # must not touch it (stock raises AttributeError there).
+        self._closed = True
+        self._state = None
         sock = ssl_wrap_socket(
             sock,
             ssl_options,

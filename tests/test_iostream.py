@@ -1,0 +1,630 @@
+"""ReadIntoIOStream: the shared conformance suite (stock vs ours, plain and
+TLS) and the behaviour only our class has, observed over real sockets."""
+
+import asyncio
+import functools
+import hashlib
+import mmap
+import random
+import socket
+import tracemalloc
+
+import numpy as np
+import pytest
+from tornado.iostream import IOStream, SSLIOStream, StreamBufferFullError, StreamClosedError
+
+from tornado_readinto import IncompleteReadError, ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.errors import BufferBusyError
+from tornado_readinto.iostream import DIRECT_READ_MIN_NBYTES
+from tornado_readinto.testing import (
+    FakeSocket,
+    RecordingSocket,
+    buffer_address,
+    check_eof_mid_read,
+    check_exact_reads,
+    check_random_duplex,
+    check_straddling_reads,
+    check_write_types,
+    stream_pair,
+)
+
+from .conftest import run
+
+IMPLS = ["stock", "readinto", "stock-tls", "readinto-tls"]
+
+
+@pytest.fixture(params=IMPLS)
+def make_pair(request, tls_contexts):
+    """The A/B fixture: one test body, stock Tornado and ours, plain and TLS."""
+    impl = request.param
+    if impl.endswith("tls"):
+        cls = SSLReadIntoIOStream if impl.startswith("readinto") else SSLIOStream
+        server_ctx, client_ctx = tls_contexts
+        return functools.partial(stream_pair, cls, server_ssl=server_ctx, client_ssl=client_ctx)
+    cls = ReadIntoIOStream if impl == "readinto" else IOStream
+    return functools.partial(stream_pair, cls)
+
+
+@pytest.fixture(params=["readinto", "readinto-tls"])
+def make_ours(request, tls_contexts):
+    if request.param == "readinto-tls":
+        server_ctx, client_ctx = tls_contexts
+        return functools.partial(stream_pair, SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx)
+    return functools.partial(stream_pair, ReadIntoIOStream)
+
+
+# -- shared conformance suite --------------------------------------------------
+
+
+def test_iostream_exact_reads(make_pair):
+    run(check_exact_reads(make_pair))
+
+
+def test_iostream_straddling_reads(make_pair):
+    run(check_straddling_reads(make_pair))
+
+
+def test_iostream_write_types(make_pair):
+    run(check_write_types(make_pair))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_iostream_random_duplex_by_hash(make_pair, seed):
+    run(check_random_duplex(make_pair, seed=seed), timeout=60)
+
+
+@pytest.mark.parametrize("use_read_into", [False, True])
+def test_iostream_eof_mid_read_raises_stream_closed(make_pair, use_read_into):
+    exc = run(check_eof_mid_read(make_pair, use_read_into))
+    assert isinstance(exc, StreamClosedError)
+
+
+# -- ours only: buffers of every kind ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make_buf",
+    [
+        lambda: memoryview(bytearray(16)).cast("d"),  # 2 items, 16 bytes
+        lambda: np.zeros((4, 8), dtype=np.float64),
+        lambda: __import__("array").array("I", bytes(40)),
+        lambda: mmap.mmap(-1, 300_000),
+        lambda: np.zeros((3, 100_000), dtype=np.uint8),
+    ],
+    ids=["typed-memoryview", "numpy-2d", "array.array", "mmap", "numpy-2d-large"],
+)
+def test_read_into_any_buffer_sized_by_nbytes(make_ours, make_buf):
+    async def exact():
+        server, client = await make_ours()
+        try:
+            buf = make_buf()
+            nbytes = memoryview(buf).nbytes
+            payload = random.Random(nbytes).randbytes(nbytes)
+            await client.write(payload[:7])
+            await asyncio.sleep(0.01)  # let some bytes be read ahead first
+            await client.write(payload[7:] + b"tail")
+            assert await server.read_into(buf) == nbytes
+            assert memoryview(buf).cast("B").tobytes() == payload
+            assert await server.read_bytes(4) == b"tail"
+        finally:
+            server.close()
+            client.close()
+
+    run(exact())
+
+
+def test_stock_read_into_typed_memoryview_is_broken():
+    """Documents the stock defect we fix: a 16-byte 'd' view is sized by
+    len() == 2, so stock reads 2 bytes (ours reads 16; see above)."""
+
+    async def main():
+        server, client = await stream_pair(IOStream)
+        try:
+            await client.write(bytes(range(16)))
+            await asyncio.sleep(0.01)
+            buf = memoryview(bytearray(16)).cast("d")
+            try:
+                n = await server.read_into(buf)
+            except ValueError:
+                return "ValueError"
+            return n
+        finally:
+            server.close()
+            client.close()
+
+    assert run(main()) in (2, "ValueError")
+
+
+def test_read_into_readonly_buffer_raises_typeerror_before_reading():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            await client.write(b"abc")
+            with pytest.raises(TypeError, match="read-only"):
+                server.read_into(b"123")
+            with pytest.raises(TypeError, match="C-contiguous"):
+                server.read_into(np.zeros((4, 4), dtype=np.uint8)[:, ::2])
+            assert not server.reading()
+            assert await server.read_bytes(3) == b"abc"  # nothing was consumed
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_read_into_zero_length_completes_at_once_without_recv():
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        try:
+            fut = server.read_into(bytearray(0))
+            assert fut.done() and fut.result() == 0
+            fut = server.read_into(np.empty((0, 3)))
+            assert fut.done() and fut.result() == 0
+            assert rec["sock"].recvs == []
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_read_into_bigger_than_max_buffer_size():
+    """Stock raises StreamBufferFullError for a read_into past max_buffer_size;
+    the caller's buffer does not count against it here."""
+
+    async def main(cls):
+        server, client = await stream_pair(cls, max_buffer_size=100_000)
+        try:
+            payload = random.Random(3).randbytes(1_000_000)
+            client.write(payload)
+            buf = bytearray(len(payload))
+            await server.read_into(buf)
+            return buf == payload
+        except StreamBufferFullError:
+            return "full"
+        finally:
+            server.close()
+            client.close()
+
+    assert run(main(ReadIntoIOStream)) is True
+    assert run(main(IOStream)) == "full"
+
+
+def test_read_into_partial_returns_what_arrived(make_ours):
+    async def main():
+        server, client = await make_ours()
+        try:
+            buf = bytearray(100_000)
+            reading = server.read_into(buf, partial=True)
+            await client.write(b"hello")
+            n = await reading
+            assert n == 5 and buf[:5] == b"hello"
+            # partial with data already buffered completes inline
+            await client.write(b"abcdef")
+            assert await server.read_bytes(2) == b"ab"
+            fut = server.read_into(bytearray(10), partial=True)
+            assert await fut == 4
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("use_read_into", [False, True])
+def test_eof_mid_read_raises_incomplete_read_with_counts(make_ours, use_read_into):
+    exc = run(check_eof_mid_read(make_ours, use_read_into))
+    assert isinstance(exc, IncompleteReadError)
+    assert (exc.expected, exc.received) == (100, 10)
+    assert "after 10 of 100 bytes" in str(exc)
+
+
+def test_eof_mid_large_direct_read_counts_bytes_received():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            buf = bytearray(1_000_000)
+            reading = server.read_into(buf)
+            await client.write(b"z" * 300_000)
+            client.close()
+            with pytest.raises(IncompleteReadError) as info:
+                await reading
+            assert info.value.expected == 1_000_000 and info.value.received == 300_000
+            assert buf[:300_000] == b"z" * 300_000
+            assert server.closed()
+            buf.extend(b"x")  # our view of buf was released: resizable again
+        finally:
+            server.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("how", ["wait_for", "task_cancel"])
+def test_cancelled_read_closes_stream(make_ours, how):
+    async def main():
+        server, client = await make_ours()
+        try:
+            await client.write(b"abc")  # 3 of 10 bytes
+            if how == "wait_for":
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(server.read_into(bytearray(10)), 0.05)
+            else:
+                task = asyncio.ensure_future(server.read_bytes(10))
+                await asyncio.sleep(0.05)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            assert server.closed()
+            with pytest.raises(StreamClosedError):
+                await server.read_bytes(1)
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_concurrent_read_raises_buffer_busy():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            first = server.read_bytes(4)
+            with pytest.raises(BufferBusyError, match="already in progress"):
+                server.read_into(bytearray(4))
+            await client.write(b"1234")
+            assert await first == b"1234"
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_read_bytes_negative_raises_valueerror():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            with pytest.raises(ValueError, match="num_bytes >= 0"):
+                server.read_bytes(-1)
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_random_mixed_reads_against_stock_by_hash():
+    """Tornado-style many-mixed-reads: the same random read sequence on stock
+    and ours must produce the same bytes."""
+
+    async def transcript(cls, seed):
+        server, client = await stream_pair(cls)
+        rng = random.Random(seed)
+        data = random.Random(seed + 100).randbytes(3_000_000)
+        out = hashlib.sha256()
+        try:
+            writing = asyncio.ensure_future(client.write(data))
+            got = 0
+            while got < len(data):
+                n = min(rng.choice((1, 3, 512, 5000, 40_000, 250_000)), len(data) - got)
+                if rng.random() < 0.5:
+                    chunk = await server.read_bytes(n)
+                else:
+                    buf = bytearray(n)
+                    await server.read_into(buf)
+                    chunk = bytes(buf)
+                out.update(chunk)
+                got += n
+            await writing
+            return out.hexdigest(), hashlib.sha256(data).hexdigest()
+        finally:
+            server.close()
+            client.close()
+
+    for seed in (7, 8):
+        ours, expected = run(transcript(ReadIntoIOStream, seed))
+        stock, _ = run(transcript(IOStream, seed))
+        assert ours == stock == expected
+
+
+# -- ours only: where the bytes land, and how many syscalls --------------------
+
+
+def test_large_read_into_lands_in_caller_buffer_zero_copy():
+    """Every recv of a large read_into targets the caller's memory, for
+    exactly the bytes still missing; only the first read-ahead bytes are
+    copied."""
+
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        sock = rec["sock"]
+        try:
+            nbytes = 8 * 1024 * 1024
+            payload = random.Random(5).randbytes(nbytes)
+            buf = np.empty(nbytes, dtype=np.uint8)
+            lo = buffer_address(buf)
+            reading = server.read_into(buf)
+            await client.write(payload)
+            assert await reading == nbytes
+            assert buf.tobytes() == payload
+            direct = [r for r in sock.recvs if lo <= r.address < lo + nbytes]
+            other = [r for r in sock.recvs if not lo <= r.address < lo + nbytes]
+            assert other == []  # nothing went through the read-ahead buffer
+            filled = 0
+            for r in direct:
+                assert r.address == lo + filled  # the unfilled tail, in order
+                assert r.requested == nbytes - filled  # exactly what is missing
+                filled += r.received or 0
+            assert filled == nbytes
+            # and the stream never allocated its read-ahead buffer
+            assert server._ra is None
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_small_message_costs_one_recv_and_no_allocation():
+    """A small framed message (8-byte header + 100 bytes) that arrived whole
+    is read with one recv into the reused read-ahead buffer: no EAGAIN recv
+    and no per-read buffer allocation."""
+
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        sock = rec["sock"]
+        try:
+            header, body = bytearray(8), bytearray(100)
+            msg = (100).to_bytes(8, "little") + bytes(range(100))
+            for i in range(3):  # warm up: the read-ahead buffer is allocated once
+                await client.write(msg)
+                await server.read_into(header)
+                await server.read_into(body)
+            ra = server._ra
+            sock.reset()
+            tracemalloc.start()
+            try:
+                for i in range(50):
+                    await client.write(msg)
+                    await asyncio.sleep(0.002)  # the message has arrived whole
+                    await server.read_into(header)
+                    await server.read_into(body)
+                    assert body == msg[8:]
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert server._ra is ra  # same buffer all along
+            assert len(sock.recvs) == 50
+            assert all(r.received == 108 for r in sock.recvs)
+            assert peak < 32 * 1024  # no 64 KiB buffer per recv
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_busy_stream_keeps_read_interest_registered():
+    """Stock drops READ interest whenever bytes are left over after a read and
+    re-adds it on the next (an epoll_ctl pair); ours keeps it."""
+
+    async def count_updates(cls):
+        server, client = await stream_pair(cls)
+        updates = []
+        loop = server.io_loop
+        orig = loop.update_handler
+
+        def counting(fd, events):
+            updates.append(events)
+            return orig(fd, events)
+
+        loop.update_handler = counting
+        try:
+            msg = (100).to_bytes(8, "little") + bytes(100)
+            for i in range(40):
+                reading = server.read_bytes(8)
+                await asyncio.sleep(0)
+                await client.write(msg)
+                await reading
+                await server.read_bytes(100)
+        finally:
+            loop.update_handler = orig
+            server.close()
+            client.close()
+        return len(updates)
+
+    ours = run(count_updates(ReadIntoIOStream))
+    stock = run(count_updates(IOStream))
+    assert ours <= 2, ours
+    assert stock >= 40, stock
+
+
+def test_read_bytes_large_uses_few_recvs():
+    """read_bytes of 16 MiB receives into one buffer sized for it (stock makes
+    a 64 KiB recv per chunk)."""
+
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        try:
+            nbytes = 16 * 1024 * 1024
+            payload = random.Random(9).randbytes(nbytes)
+            reading = server.read_bytes(nbytes)
+            await client.write(payload)
+            assert await reading == payload
+            data_recvs = [r for r in rec["sock"].recvs if r.received]
+            assert max(r.requested for r in data_recvs) > 1024 * 1024
+            assert server._ra is None  # the grown buffer was given back
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+# -- fault injection without a network -----------------------------------------
+
+
+def _fake_stream(script, **kwargs):
+    sock = FakeSocket(script)
+    return ReadIntoIOStream(sock, **kwargs), sock
+
+
+async def _drive(future, sock, rounds=50):
+    """Make the fake socket readable until ``future`` is done; return it."""
+    for _ in range(rounds):
+        if future.done():
+            break
+        sock.make_readable()
+        await asyncio.sleep(0.005)
+    return await future
+
+
+def test_fake_short_reads_and_eagain_fill_buffer_exactly():
+    async def main():
+        payload = bytes(range(256)) * 400  # 102400 bytes, direct path
+        script = [payload[:1], BlockingIOError(), payload[1:5000], payload[5000:]]
+        stream, sock = _fake_stream(script)
+        try:
+            buf = bytearray(len(payload))
+            assert await _drive(stream.read_into(buf), sock) == len(payload)
+            assert buf == payload
+            # direct path: each recv asks for exactly the missing tail
+            assert sock.recv_sizes[:4] == [102400, 102399, 102399, 102399 - 4999]
+            assert all(size > 0 for size in sock.recv_sizes)  # never recv of 0
+        finally:
+            stream.close()
+
+    run(main())
+
+
+def test_fake_connection_reset_mid_read_fails_with_stream_closed():
+    async def main():
+        stream, sock = _fake_stream([b"x" * 50_000, ConnectionResetError(104, "reset")])
+        buf = bytearray(100_000)
+        with pytest.raises(IncompleteReadError) as info:
+            await _drive(stream.read_into(buf), sock)
+        assert info.value.received == 50_000
+        assert isinstance(info.value.real_error, ConnectionResetError)
+        assert stream.closed()
+
+    run(main())
+
+
+def test_fake_read_into_over_2gib_bookkeeping():
+    """A buffer over 2 GiB: each recv asks for the whole missing tail and the
+    counts add up (the fake claims bytes without touching memory)."""
+
+    async def main():
+        nbytes = 2**31 + 4096
+        big = mmap.mmap(-1, nbytes)  # lazily mapped: never touched here
+        stream, sock = _fake_stream([2**31 - 1, 4097])
+        try:
+            assert await _drive(stream.read_into(big), sock) == nbytes
+            # the whole 2 GiB+ tail first; the last 4097 bytes are under
+            # DIRECT_READ_MIN_NBYTES, so they come through the read-ahead buffer
+            assert 4097 < DIRECT_READ_MIN_NBYTES
+            assert sock.recv_sizes[:2] == [nbytes, 64 * 1024]
+        finally:
+            stream.close()
+            big.close()
+
+    run(main())
+
+
+def test_tls_recv_is_clipped_to_1gib():
+    """OpenSSL takes an int: each TLS recv_into asks for at most 1 GiB."""
+
+    class FakeTLS:
+        asked = []
+
+        def recv_into(self, buf, nbytes):
+            self.asked.append(nbytes)
+            return nbytes
+
+    stream = SSLReadIntoIOStream.__new__(SSLReadIntoIOStream)
+    stream._ssl_accepting = False
+    stream.socket = FakeTLS()
+    big = mmap.mmap(-1, 2**31 + 10)
+    try:
+        with memoryview(big) as view:
+            assert stream.read_from_fd(view) == 2**30
+        assert FakeTLS.asked == [2**30]
+    finally:
+        big.close()
+
+
+def test_start_tls_returns_our_tls_class(tls_contexts):
+    async def main():
+        server_ctx, client_ctx = tls_contexts
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            await client.write(b"STARTTLS\n")
+            assert await server.read_until(b"\n") == b"STARTTLS\n"
+            server_tls, client_tls = await asyncio.gather(
+                server.start_tls(True, server_ctx),
+                client.start_tls(False, client_ctx, server_hostname="127.0.0.1"),
+            )
+            assert isinstance(server_tls, SSLReadIntoIOStream)
+            payload = random.Random(1).randbytes(200_000)
+            await client_tls.write(payload)
+            buf = bytearray(len(payload))
+            await server_tls.read_into(buf)
+            assert buf == payload
+            server_tls.close()
+            client_tls.close()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_read_into_over_2gib_real_socket():
+    """A real 2 GiB + 1 MiB read_into over loopback, into an mmap."""
+
+    async def main():
+        nbytes = 2**31 + 2**20
+        server, client = await stream_pair(ReadIntoIOStream)
+        src = mmap.mmap(-1, nbytes)
+        dst = mmap.mmap(-1, nbytes)
+        try:
+            src[:8] = b"FIRST---"
+            src[-8:] = b"---LAST!"
+            with memoryview(src) as view:
+                writing = client.write(view)
+                assert await server.read_into(dst) == nbytes
+                await writing
+            assert dst[:8] == b"FIRST---" and dst[-8:] == b"---LAST!"
+            assert dst[nbytes // 2 : nbytes // 2 + 8] == bytes(8)
+        finally:
+            server.close()
+            client.close()
+            src.close()
+            dst.close()
+
+    run(main(), timeout=120)
