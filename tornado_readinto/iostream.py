@@ -32,9 +32,10 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from tornado import ioloop
 from tornado.concurrent import Future
@@ -52,6 +53,7 @@ from ._tornado_compat import (
     ssl_wrap_socket,
 )
 from .errors import BufferBusyError, IncompleteReadError
+from .writebuffer import ChunkedWriteBuffer
 
 __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES"]
 
@@ -64,6 +66,19 @@ DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
 _SHRINK_FACTOR = 4
+
+def _iov_max() -> int:
+    try:
+        return max(1, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover
+        return 16  # POSIX's minimum _XOPEN_IOV_MAX
+
+#: Buffers per ``sendmsg``: the kernel's limit (1024 on Linux).
+IOV_MAX = _iov_max()
+
+#: Bytes offered to one ``sendmsg``.  Linux's default TCP send buffer tops out
+#: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
+MAX_SEND_NBYTES = 16 * 1024 * 1024  # bytes
 
 _READ = ioloop.IOLoop.READ
 _WRITE = ioloop.IOLoop.WRITE
@@ -132,6 +147,8 @@ class ReadIntoIOStream(IOStream):
 
     # Plain sockets: a short recv means the kernel buffer was drained.
     _short_read_drains = True
+    # Plain sockets gather with sendmsg (TLS sockets have none).
+    _gather = True
 
     def __init__(self, socket: socket.socket, *args: Any, **kwargs: Any) -> None:
         self._ra: Optional[bytearray] = None  # read-ahead storage
@@ -146,6 +163,10 @@ class ReadIntoIOStream(IOStream):
         # empty; a READ event sets it back.  Lets reads skip a doomed recv.
         self._readable_hint = True
         super().__init__(socket, *args, **kwargs)
+        # Same append/peek/advance contract as Tornado's _StreamBuffer (which
+        # dask.distributed appends to directly), plus peek_buffers for sendmsg.
+        self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
+        self._gather = self._gather and hasattr(self.socket, "sendmsg")
 
     # -- compatibility shims ---------------------------------------------------
 
@@ -509,6 +530,99 @@ class ReadIntoIOStream(IOStream):
             self._user_read_buffer = False
         super()._signal_closed()
 
+    # -- writes ----------------------------------------------------------------
+
+    def write(self, data: Any) -> "Future[None]":
+        """Queue ``data`` and send what the socket takes now; the Future
+        resolves once all of it was sent.
+
+        As stock `IOStream.write` (same ``max_write_buffer_size`` check, same
+        Future), but ``data`` may be any C-contiguous buffer and is sized by
+        ``nbytes``.  Data over 8 KiB is kept by reference until sent (do not
+        modify it before the Future resolves); smaller data is copied into a
+        shared chunk.  Sending gathers up to `IOV_MAX` queued buffers per
+        ``sendmsg`` on plain sockets.
+
+        :raises StreamClosedError: the stream is closed.
+        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
+            exceeded (nothing is queued).
+        """
+        return self.writelines((data,))
+
+    def writelines(self, buffers: Iterable[Any]) -> "Future[None]":
+        """Queue many buffers under one Future and send them with as few
+        gather syscalls as the socket allows.
+
+        Costs one Future for the whole call (no per-buffer Future or
+        callback); buffers over 8 KiB are sent by reference (zero copy),
+        smaller ones are coalesced by one copy into shared chunks.  On plain
+        sockets every ``sendmsg`` carries up to `IOV_MAX` buffers.
+
+        :arg buffers: bytes-like objects (any C-contiguous buffer, sized by
+            ``nbytes``); they must stay unchanged until the Future resolves.
+        :raises StreamClosedError: the stream is closed.
+        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
+            exceeded (nothing is queued).
+        """
+        self._check_closed()
+        write_buffer = self._write_buffer
+        queued = len(write_buffer)
+        if self.max_write_buffer_size is not None:
+            if not isinstance(buffers, (list, tuple)):
+                buffers = list(buffers)
+            nbytes = sum(memoryview(b).nbytes for b in buffers)
+            if queued + nbytes > self.max_write_buffer_size:
+                raise StreamBufferFullError("Reached maximum write buffer size")
+        for data in buffers:
+            write_buffer.append(data)
+        self._total_write_index += len(write_buffer) - queued
+        future: Future[None] = Future()
+        self._write_futures.append((self._total_write_index, future))
+        if not self._connecting:
+            self._handle_write()
+            if self._write_buffer:
+                self._add_io_state(_WRITE)
+            self._maybe_add_error_listener()
+        return future
+
+    def _handle_write(self) -> None:
+        if not self._gather:
+            # TLS: one SSL_write per segment.  Small writes arrive coalesced
+            # into chunks (record-sized or larger), and a retry after "want
+            # write" starts at the same byte with at least as many bytes,
+            # as OpenSSL requires, because the queue only grows at its end.
+            super()._handle_write()
+            return
+        write_buffer = self._write_buffer
+        sendmsg = self.socket.sendmsg
+        while write_buffer:
+            views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
+            try:
+                offered = 0
+                for view in views:
+                    offered += len(view)
+                sent = sendmsg(views)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if not self._is_connreset(e):
+                    gen_log.warning("Write error on %s: %s", self.fileno(), e)
+                self.close(exc_info=e)
+                return
+            finally:
+                for view in views:
+                    view.release()
+            if not sent:
+                break
+            write_buffer.advance(sent)
+            self._total_write_done_index += sent
+            if sent < offered:
+                break  # the socket buffer is full: wait for WRITE
+        done_index = self._total_write_done_index
+        futures = self._write_futures
+        while futures and futures[0][0] <= done_index:
+            future_set_result_unless_cancelled(futures.popleft()[1], None)
+
     # -- events ----------------------------------------------------------------
 
     def _handle_events(self, fd: Any, events: int) -> None:
@@ -619,6 +733,8 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):
 
     # A TLS recv returns at most one record: short reads prove nothing.
     _short_read_drains = False
+    # Its socket starts plain and is wrapped after connect(): decide here.
+    _gather = False
 
     def _handle_read(self) -> None:
         if self._ssl_accepting:
