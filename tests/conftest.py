@@ -1,13 +1,12 @@
+import asyncio
 import logging
+import ssl
+
+import pytest
 
 # Tornado's own test runner silences the access log; its ExpectLog-based tests
 # (which we reuse against our classes) fail on unexpected INFO records otherwise.
 logging.getLogger("tornado.access").setLevel(logging.CRITICAL)
-
-import asyncio
-import ssl
-
-import pytest
 
 
 def run(coro, timeout=30):

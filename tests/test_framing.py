@@ -188,7 +188,9 @@ def test_pack_header_matches_distributed_pack_frames(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_reader_decodes_distributed_pack_frames(driver: Callable[[FrameReader, bytes], list[Frames]], case: str) -> None:
+def test_reader_decodes_distributed_pack_frames(
+    driver: Callable[[FrameReader, bytes], list[Frames]], case: str
+) -> None:
     frames = CASES[case]
     assert driver(FrameReader(), pack_frames(frames)) == [frames]
 

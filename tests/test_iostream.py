@@ -6,7 +6,6 @@ import functools
 import hashlib
 import mmap
 import random
-import socket
 import tracemalloc
 
 import numpy as np
@@ -395,7 +394,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
         try:
             header, body = bytearray(8), bytearray(100)
             msg = (100).to_bytes(8, "little") + bytes(range(100))
-            for i in range(3):  # warm up: the read-ahead buffer is allocated once
+            for _i in range(3):  # warm up: the read-ahead buffer is allocated once
                 await client.write(msg)
                 await server.read_into(header)
                 await server.read_into(body)
@@ -403,7 +402,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
             sock.reset()
             tracemalloc.start()
             try:
-                for i in range(50):
+                for _i in range(50):
                     await client.write(msg)
                     await asyncio.sleep(0.002)  # the message has arrived whole
                     await server.read_into(header)
@@ -440,7 +439,7 @@ def test_busy_stream_keeps_read_interest_registered():
         loop.update_handler = counting
         try:
             msg = (100).to_bytes(8, "little") + bytes(100)
-            for i in range(40):
+            for _i in range(40):
                 reading = server.read_bytes(8)
                 await asyncio.sleep(0)
                 await client.write(msg)

@@ -9,7 +9,6 @@ import os
 import ssl
 
 import pytest
-
 from tornado.netutil import ssl_options_to_context, ssl_wrap_socket
 from tornado.test import iostream_test as upstream
 

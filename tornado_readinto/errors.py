@@ -8,8 +8,6 @@ message from its own fields: lower case, with the numbers, no final period.
 
 from __future__ import annotations
 
-from typing import Optional
-
 try:
     from tornado.iostream import StreamClosedError
 except ImportError:  # pragma: no cover - exercised by the purity test only
@@ -17,7 +15,7 @@ except ImportError:  # pragma: no cover - exercised by the purity test only
     # Tornado.  StreamClosedError is an OSError subclass, so OSError keeps the
     # same ``except`` behaviour in that (Tornado-less) situation.
     class StreamClosedError(OSError):  # type: ignore[no-redef]
-        def __init__(self, real_error: Optional[BaseException] = None) -> None:
+        def __init__(self, real_error: BaseException | None = None) -> None:
             super().__init__("Stream is closed")
             self.real_error = real_error
 
@@ -71,7 +69,7 @@ class IncompleteReadError(ReadIntoError, StreamClosedError):  # type: ignore[mis
         expected: int,
         received: int,
         what: str = "",
-        real_error: Optional[BaseException] = None,
+        real_error: BaseException | None = None,
     ) -> None:
         super().__init__(real_error=real_error)
         self.expected = expected

@@ -55,7 +55,7 @@ import enum
 import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from .errors import FrameTooLargeError, FramingError
 
@@ -66,6 +66,7 @@ __all__ = [
     "NEED_DATA",
     "Allocator",
     "FrameReader",
+    "MessageReader",
     "frames_nbytes",
     "pack_header",
 ]
@@ -220,6 +221,30 @@ def _check_limit(name: str, value: Any) -> int:
     if value < 0:
         raise ValueError(f"{name} must be >= 0, not {value}")
     return value
+
+
+class MessageReader(Protocol):
+    """What `ReadIntoIOStream.read_message` drives: the shape of
+    `FrameReader` (an ``asyncio.BufferedProtocol``-like incremental reader)."""
+
+    @property
+    def in_message(self) -> bool: ...
+
+    @property
+    def expected_nbytes(self) -> int: ...
+
+    @property
+    def received_nbytes(self) -> int: ...
+
+    def describe_progress(self) -> str: ...
+
+    def get_buffer(self) -> memoryview: ...
+
+    def buffer_updated(self, nbytes: int) -> None: ...
+
+    def feed(self, data: Any) -> int: ...
+
+    def next_message(self) -> Any: ...
 
 
 class FrameReader:

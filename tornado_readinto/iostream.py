@@ -35,7 +35,8 @@ import asyncio
 import os
 import socket
 import ssl
-from typing import Any, Iterable, Optional, Union
+from collections.abc import Iterable
+from typing import Any, Union
 
 from tornado import ioloop
 from tornado.concurrent import Future
@@ -52,7 +53,8 @@ from ._tornado_compat import (
     future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
-from .errors import BufferBusyError, IncompleteReadError
+from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
+from .framing import NEED_DATA, MessageReader
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES"]
@@ -91,6 +93,7 @@ class _ReadFuture(Future):  # type: ignore[type-arg]
     """The Future of one read; cancelling it closes its stream."""
 
     __slots__ = ("_stream",)
+    _stream: ReadIntoIOStream | None
 
     def cancel(self, msg: Any = None) -> bool:
         cancelled = super().cancel(msg)
@@ -151,11 +154,14 @@ class ReadIntoIOStream(IOStream):
     _gather = True
 
     def __init__(self, socket: socket.socket, *args: Any, **kwargs: Any) -> None:
-        self._ra: Optional[bytearray] = None  # read-ahead storage
-        self._ra_view: Optional[memoryview] = None  # long-lived view of _ra
+        self._ra: bytearray | None = None  # read-ahead storage
+        self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
-        self._read_target: Optional[memoryview] = None  # read_into's buffer
+        self._read_target: memoryview | None = None  # read_into's buffer
         self._read_target_filled = 0
+        # read_message's reader, and its finished message once complete.
+        self._read_reader: MessageReader | None = None
+        self._read_message: Any = None
         # Buffered bytes already searched in vain by the pending read_until
         # (a delimiter search resumes there: no quadratic rescans).
         self._scanned = 0
@@ -196,7 +202,7 @@ class ReadIntoIOStream(IOStream):
 
     # -- reads -----------------------------------------------------------------
 
-    def read_into(self, buf: Any, partial: bool = False) -> "Future[int]":
+    def read_into(self, buf: Any, partial: bool = False) -> Future[int]:
         """Read into ``buf`` until it is full (or, with ``partial``, until any
         bytes arrived); resolve to the number of bytes read.
 
@@ -247,7 +253,7 @@ class ReadIntoIOStream(IOStream):
             raise
         return future
 
-    def read_bytes(self, num_bytes: int, partial: bool = False) -> "Future[bytes]":
+    def read_bytes(self, num_bytes: int, partial: bool = False) -> Future[bytes]:
         """Read ``num_bytes`` bytes (or, with ``partial``, at least one).
 
         Same as stock; the result is copied once out of the read-ahead buffer.
@@ -267,12 +273,100 @@ class ReadIntoIOStream(IOStream):
             raise
         return future
 
+    def read_message(self, reader: MessageReader) -> Future[Any]:
+        """Read one message with an incremental ``reader`` (such as
+        `tornado_readinto.framing.FrameReader`); resolve to what its
+        ``next_message()`` returned.
+
+        Bytes already read ahead are handed to ``reader.feed()`` (which copies
+        them once and stops at the end of the message).  Then, while the
+        buffer from ``reader.get_buffer()`` is at least
+        `DIRECT_READ_MIN_NBYTES` long (a large frame), bytes are received with
+        ``recv_into`` straight into it; smaller stages (headers, small frames)
+        take one read-ahead ``recv`` that usually brings the whole message.
+        The Future is already resolved when the message was buffered.
+
+        :raises BufferBusyError: another read is in progress.
+        :raises StreamClosedError: the stream is closed.  The Future fails with
+            the reader's exception (e.g. `FramingError`, with the stream
+            closed), with `IncompleteReadError` if the stream closes in the
+            middle of a message, or with ``StreamClosedError`` if it closes
+            between messages.
+        """
+        future = self._start_read()
+        self._read_reader = reader
+        try:
+            if self._read_buffer_size:
+                self._feed_reader()
+            if self._read_message is not None:
+                self._read_from_buffer(0)
+            elif not self.closed():
+                self._try_inline_read()
+            else:
+                self._check_closed()
+        except BaseException:
+            future.add_done_callback(lambda f: f.exception())
+            raise
+        return future
+
+    def _feed_reader(self) -> None:
+        """Hand the read-ahead bytes to the pending reader; records the
+        message if one completed.  A reader error closes the stream."""
+        reader = self._read_reader
+        assert reader is not None and self._ra_view is not None
+        start = self._ra_start
+        try:
+            with self._ra_view[start : start + self._read_buffer_size] as data:
+                consumed = reader.feed(data)
+            self._consume_nbytes(consumed)
+            message = reader.next_message()
+        except Exception as e:
+            self.close(exc_info=e)
+            return
+        if message is not NEED_DATA:
+            self._read_message = message
+
+    def _read_into_reader(self) -> int | None:
+        """Receive for the pending `read_message`; return 0 once the message
+        is complete (a dummy read position), else None."""
+        reader = self._read_reader
+        assert reader is not None
+        while not self.closed():
+            try:
+                buf = reader.get_buffer()
+            except Exception as e:
+                self.close(exc_info=e)
+                return None
+            if len(buf) >= DIRECT_READ_MIN_NBYTES:
+                with buf:
+                    received = self._recv_into(buf)
+                if not received:
+                    return None
+                try:
+                    reader.buffer_updated(received)
+                    message = reader.next_message()
+                except Exception as e:
+                    self.close(exc_info=e)
+                    return None
+                if message is not NEED_DATA:
+                    self._read_message = message
+            else:
+                buf.release()
+                if not self._read_to_buffer():
+                    return None
+                self._feed_reader()
+            if self._read_message is not None:
+                return 0
+            if not self._readable_hint:
+                break
+        return None
+
     def _start_read(self) -> Future:  # type: ignore[type-arg]
         if self._read_future is not None:
             self._check_closed()
             raise BufferBusyError("a read is already in progress on this stream")
         future = _ReadFuture()
-        future._stream = self
+        future._stream = self  # type: ignore[assignment]
         self._read_future = future
         return future
 
@@ -298,7 +392,7 @@ class ReadIntoIOStream(IOStream):
         if pos is not None:
             self._read_from_buffer(pos)
 
-    def _read_to_buffer_loop(self) -> Optional[int]:
+    def _read_to_buffer_loop(self) -> int | None:
         """Receive until the pending read can be satisfied, the socket has no
         more data, or the stream closes; return the read position or None."""
         if not self._readable_hint and self._short_read_drains and (self._state or 0) & _READ:
@@ -308,6 +402,8 @@ class ReadIntoIOStream(IOStream):
             return self._find_read_pos()
         if self._read_target is not None:
             return self._read_into_target()
+        if self._read_reader is not None:
+            return self._read_into_reader()
         if self._read_future is None and not self._read_until_close:
             # Idle read-ahead (READ stays registered): one recv bounded by the
             # read chunk size, which also notices EOF for the close callback.
@@ -330,7 +426,7 @@ class ReadIntoIOStream(IOStream):
                 break
         return self._find_read_pos()
 
-    def _read_into_target(self) -> Optional[int]:
+    def _read_into_target(self) -> int | None:
         """Receive into the pending `read_into` buffer."""
         target = self._read_target
         assert target is not None
@@ -360,7 +456,7 @@ class ReadIntoIOStream(IOStream):
                 break
         return None
 
-    def _recv_into(self, view: memoryview) -> Optional[int]:
+    def _recv_into(self, view: memoryview) -> int | None:
         """One ``recv_into(view)``; the single place where reads meet the
         socket.  Returns the byte count, 0 on EAGAIN or EOF (after closing),
         None after a connection reset (closed).  Other errors close the stream
@@ -384,7 +480,7 @@ class ReadIntoIOStream(IOStream):
             self._readable_hint = False
         return received
 
-    def _read_to_buffer(self, limit: Optional[int] = None) -> Optional[int]:
+    def _read_to_buffer(self, limit: int | None = None) -> int | None:
         """One ``recv_into`` into the free tail of the read-ahead buffer (at
         most ``limit`` bytes).
 
@@ -461,7 +557,9 @@ class ReadIntoIOStream(IOStream):
         self._consume_nbytes(loc)
         return data
 
-    def _find_read_pos(self) -> Optional[int]:
+    def _find_read_pos(self) -> int | None:
+        if self._read_reader is not None:
+            return 0 if self._read_message is not None else None
         if self._read_target is not None:
             filled = self._read_target_filled
             if filled == self._read_bytes or (self._read_partial and filled):
@@ -500,8 +598,11 @@ class ReadIntoIOStream(IOStream):
     def _finish_read(self, size: int) -> None:
         self._scanned = 0
         target = self._read_target
-        result: Union[int, bytes]
-        if target is not None:
+        result: Any
+        if self._read_reader is not None:
+            result, self._read_message = self._read_message, None
+            self._read_reader = None
+        elif target is not None:
             self._read_target = None
             self._user_read_buffer = False
             target.release()  # the caller may resize its buffer now
@@ -517,6 +618,24 @@ class ReadIntoIOStream(IOStream):
 
     def _signal_closed(self) -> None:
         future = self._read_future
+        reader = self._read_reader
+        if future is not None and not future.done() and reader is not None:
+            if isinstance(self.error, ReadIntoError) and not isinstance(self.error, StreamClosedError):
+                # The reader rejected the data (FramingError…): say so.
+                future.set_exception(self.error)
+            elif reader.in_message:
+                future.set_exception(
+                    IncompleteReadError(
+                        reader.expected_nbytes,
+                        reader.received_nbytes,
+                        reader.describe_progress(),
+                        real_error=self.error,
+                    )
+                )
+            if future.done():
+                future.exception()  # retrieved: the caller gets it by awaiting
+        self._read_reader = None
+        self._read_message = None
         if future is not None and not future.done() and self._read_bytes is not None:
             if self._read_target is not None:
                 received = self._read_target_filled
@@ -532,7 +651,7 @@ class ReadIntoIOStream(IOStream):
 
     # -- writes ----------------------------------------------------------------
 
-    def write(self, data: Any) -> "Future[None]":
+    def write(self, data: Any) -> Future[None]:
         """Queue ``data`` and send what the socket takes now; the Future
         resolves once all of it was sent.
 
@@ -549,7 +668,7 @@ class ReadIntoIOStream(IOStream):
         """
         return self.writelines((data,))
 
-    def writelines(self, buffers: Iterable[Any]) -> "Future[None]":
+    def writelines(self, buffers: Iterable[Any]) -> Future[None]:
         """Queue many buffers under one Future and send them with as few
         gather syscalls as the socket allows.
 
@@ -668,12 +787,12 @@ class ReadIntoIOStream(IOStream):
 
     # -- TLS -------------------------------------------------------------------
 
-    def start_tls(
+    def start_tls(  # type: ignore[override]
         self,
         server_side: bool,
-        ssl_options: Optional[Union[dict, ssl.SSLContext]] = None,  # type: ignore[type-arg]
-        server_hostname: Optional[str] = None,
-    ) -> "Future[SSLReadIntoIOStream]":  # type: ignore[override]
+        ssl_options: dict | ssl.SSLContext | None = None,  # type: ignore[type-arg]
+        server_hostname: str | None = None,
+    ) -> Future[SSLReadIntoIOStream]:
         """Convert this stream to an `SSLReadIntoIOStream` (as stock
         `IOStream.start_tls`, which would return a plain `SSLIOStream`).
 

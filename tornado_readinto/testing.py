@@ -14,8 +14,9 @@ import hashlib
 import random
 import socket
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Union
 
 from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 
@@ -34,17 +35,17 @@ __all__ = [
     "check_eof_mid_read",
 ]
 
-StreamPair = Tuple[IOStream, IOStream]
+StreamPair = tuple[IOStream, IOStream]
 StreamPairMaker = Callable[..., Awaitable[StreamPair]]
 
 
 async def stream_pair(
-    stream_class: Type[IOStream] = IOStream,
+    stream_class: type[IOStream] = IOStream,
     *,
-    server_ssl: Optional[ssl.SSLContext] = None,
-    client_ssl: Optional[ssl.SSLContext] = None,
-    server_hostname: Optional[str] = None,
-    wrap_socket: Optional[Callable[[socket.socket], Any]] = None,
+    server_ssl: ssl.SSLContext | None = None,
+    client_ssl: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    wrap_socket: Callable[[socket.socket], Any] | None = None,
     **kwargs: Any,
 ) -> StreamPair:
     """Connect two streams of ``stream_class`` over 127.0.0.1; return
@@ -93,7 +94,7 @@ class RecvRecord:
 
     address: int  # where the bytes were asked to land
     requested: int  # bytes asked for
-    received: Optional[int]  # bytes returned; None for EAGAIN
+    received: int | None  # bytes returned; None for EAGAIN
 
 
 class RecordingSocket:
@@ -103,9 +104,9 @@ class RecordingSocket:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self.recvs: List[RecvRecord] = []
-        self.sends: List[int] = []  # bytes per send/sendmsg call
-        self.sendmsg_buffers: List[int] = []  # buffers per sendmsg call
+        self.recvs: list[RecvRecord] = []
+        self.sends: list[int] = []  # bytes per send/sendmsg call
+        self.sendmsg_buffers: list[int] = []  # buffers per sendmsg call
 
     def recv_into(self, buf: Any, nbytes: int = 0, flags: int = 0) -> int:
         requested = nbytes or memoryview(buf).nbytes
@@ -155,8 +156,8 @@ class FakeSocket:
     report READ.
     """
 
-    script: List[ScriptItem] = field(default_factory=list)
-    recv_sizes: List[int] = field(default_factory=list)
+    script: list[ScriptItem] = field(default_factory=list)
+    recv_sizes: list[int] = field(default_factory=list)
     sent: bytearray = field(default_factory=bytearray)
 
     def __post_init__(self) -> None:
@@ -250,7 +251,7 @@ async def check_write_types(make_pair: StreamPairMaker) -> None:
     """``bytes``, ``bytearray`` and (typed) ``memoryview`` writes arrive intact."""
     server, client = await make_pair()
     try:
-        pieces: List[Any] = [
+        pieces: list[Any] = [
             b"bytes",
             bytearray(b"bytearray"),
             memoryview(b"memoryview"),

@@ -1,0 +1,366 @@
+"""FramedStream over real sockets: round trips, where frames land, limits,
+truncation, resets, and interop with dask.distributed's pack_frames."""
+
+import asyncio
+import functools
+import hashlib
+import random
+import socket
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+from distributed.protocol.utils import pack_frames, unpack_frames
+from tornado.iostream import StreamClosedError
+
+from tornado_readinto import (
+    FramedStream,
+    FrameTooLargeError,
+    FramingError,
+    IncompleteReadError,
+    ReadIntoIOStream,
+    SSLReadIntoIOStream,
+)
+from tornado_readinto.allocators import BufferPool, bytearray_allocator, uninitialized_allocator
+from tornado_readinto.errors import BufferBusyError
+from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+
+from .conftest import run
+
+
+@pytest.fixture(params=["plain", "tls"])
+def make_pair(request, tls_contexts):
+    if request.param == "tls":
+        server_ctx, client_ctx = tls_contexts
+        return functools.partial(stream_pair, SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx)
+    return functools.partial(stream_pair, ReadIntoIOStream)
+
+
+def _random_message(rng):
+    nframes = rng.choice([0, 1, 2, 3, 8, 20])
+    sizes = [rng.choice([0, 1, 100, 5000, 70_000, 1_500_000]) for _ in range(nframes)]
+    return [rng.randbytes(n) for n in sizes]
+
+
+def _digest(frames):
+    h = hashlib.sha256()
+    for f in frames:
+        h.update(len(f).to_bytes(8, "little"))
+        h.update(f)
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("allocator", ["bytearray", "uninitialized", "pool"])
+def test_framed_random_messages_round_trip_by_hash(make_pair, allocator):
+    async def main():
+        server, client = await make_pair()
+        pool = BufferPool()
+        alloc = {"bytearray": bytearray_allocator, "uninitialized": uninitialized_allocator, "pool": pool}[allocator]
+        fs_server, fs_client = FramedStream(server, allocator=alloc), FramedStream(client)
+        rng = random.Random(allocator)
+        messages = [_random_message(rng) for _ in range(40)]
+        try:
+
+            async def send():
+                for m in messages:
+                    await fs_client.write_frames(m)
+
+            async def receive():
+                digests = []
+                for _ in messages:
+                    frames = await fs_server.read_frames()
+                    assert all(isinstance(f, memoryview) and not f.readonly and f.format == "B" for f in frames)
+                    digests.append(_digest(frames))
+                    if allocator == "pool":
+                        pool.release_all(frames)
+                return digests
+
+            _, got = await asyncio.gather(send(), receive())
+            assert got == [_digest(m) for m in messages]
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), timeout=60)
+
+
+def test_framed_zero_frames_and_empty_frames(make_pair):
+    async def main():
+        server, client = await make_pair()
+        a, b = FramedStream(server), FramedStream(client)
+        try:
+            for message in ([], [b""], [b"", b"x", b""], [b""] * 5):
+                await b.write_frames(message)
+                got = await a.read_frames()
+                assert [bytes(f) for f in got] == message
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_small_message_costs_one_recv():
+    """A small message that arrived whole is parsed out of the read-ahead
+    buffer: one recv for header and frames, no EAGAIN recv."""
+
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        a, b = FramedStream(server), FramedStream(client)
+        try:
+            message = [b"h" * 30, b"p" * 100]
+            for _ in range(20):
+                await b.write_frames(message)
+                await asyncio.sleep(0.002)
+                rec["sock"].reset()
+                fut = a.read_frames()
+                assert fut.done()  # completed inline: no event-loop round trip
+                assert [bytes(f) for f in fut.result()] == message
+                assert len(rec["sock"].recvs) == 1
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_large_frames_land_in_allocator_buffers():
+    """Bytes of large frames are received straight into the buffers the
+    allocator returned (recv targets lie inside them)."""
+
+    async def main():
+        rec, buffers = {}, []
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        def allocator(nbytes):
+            buf = np.empty(nbytes, dtype=np.uint8)
+            buffers.append(buf)
+            return buf
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        a, b = FramedStream(server, allocator=allocator), FramedStream(client)
+        try:
+            frames = [random.Random(i).randbytes(3 * 1024 * 1024) for i in range(3)]
+            reading = a.read_frames()
+            await b.write_frames(frames)
+            got = await reading
+            assert [bytes(f) for f in got] == frames
+            ranges = [(buffer_address(x), buffer_address(x) + x.nbytes) for x in buffers]
+            direct = sum(
+                r.received or 0 for r in rec["sock"].recvs if any(lo <= r.address < hi for lo, hi in ranges)
+            )
+            # all but what came with the header's read-ahead recv went direct
+            assert direct >= sum(map(len, frames)) - 64 * 1024
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_writes_header_and_8_frames_in_one_sendmsg():
+    async def main():
+        rec = {}
+
+        def wrap(sock):
+            rec["sock"] = RecordingSocket(sock)
+            return rec["sock"]
+
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        writer, reader = FramedStream(server), FramedStream(client)
+        try:
+            frames = [bytes([i]) * 20_000 for i in range(8)]  # referenced, not copied
+            rec["sock"].reset()
+            fut = writer.write_frames(frames)
+            assert fut.done()  # the socket had room: sent inline
+            assert rec["sock"].sends == [8 + 8 * 8 + 8 * 20_000]
+            assert rec["sock"].sendmsg_buffers == [9]  # header + 8 frames, one syscall
+            got = await reader.read_frames()
+            assert [bytes(f) for f in got] == frames
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+# -- hostile headers -------------------------------------------------------------
+
+
+class TrackingAllocator:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, nbytes):
+        self.calls.append(nbytes)
+        return bytearray(nbytes)
+
+
+@pytest.mark.parametrize(
+    "header, field, limits",
+    [
+        (struct.pack("<QQ", 1, 2**63), "max_frame_nbytes", {}),
+        (struct.pack("<Q", 2**40), "max_frames", {}),
+        (struct.pack("<QQQ", 2, 2**35, 2**35), "max_message_nbytes", {"max_message_nbytes": 2**35}),
+        (struct.pack("<QQ", 1, 2**20 + 1), "max_frame_nbytes", {"max_frame_nbytes": 2**20}),
+    ],
+    ids=["length-2**63", "2**40-frames", "sum-over-limit", "frame-over-configured-limit"],
+)
+def test_framed_hostile_header_rejected_before_allocation(header, field, limits):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        alloc = TrackingAllocator()
+        fs = FramedStream(server, allocator=alloc, **limits)
+        try:
+            await client.write(header + b"garbage that must not be delivered")
+            await asyncio.sleep(0.01)
+            tracemalloc.start()
+            try:
+                with pytest.raises(FrameTooLargeError) as info:
+                    await fs.read_frames()
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert info.value.field == field
+            assert field in str(info.value) and str(info.value.limit) in str(info.value)
+            assert isinstance(info.value, FramingError) and isinstance(info.value, ValueError)
+            assert alloc.calls == []
+            assert peak < 1024 * 1024
+            assert server.closed()
+            with pytest.raises(StreamClosedError):
+                await fs.read_frames()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("cut", [4, 12, 16 + 50, 16 + 8 + 100 + 30_000])
+def test_framed_truncated_message_raises_incomplete_read(make_pair, cut):
+    async def main():
+        server, client = await make_pair()
+        fs = FramedStream(server)
+        wire = struct.pack("<QQQ", 2, 100, 100_000) + b"a" * 100 + b"b" * 100_000
+        try:
+            await client.write(wire[:cut])
+            client.close()
+            with pytest.raises(IncompleteReadError) as info:
+                await fs.read_frames()
+            assert info.value.received == cut
+            assert info.value.expected >= cut
+            assert server.closed()
+        finally:
+            server.close()
+
+    run(main())
+
+
+def test_framed_close_between_messages_is_plain_stream_closed():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server)
+        await FramedStream(client).write_frames([b"x"])
+        client.close()
+        assert [bytes(f) for f in await fs.read_frames()] == [b"x"]
+        with pytest.raises(StreamClosedError) as info:
+            await fs.read_frames()
+        assert not isinstance(info.value, IncompleteReadError)
+
+    run(main())
+
+
+def test_framed_peer_reset_mid_frame():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server)
+        try:
+            await client.write(struct.pack("<QQ", 1, 1_000_000) + b"z" * 300_000)
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # RST
+            with pytest.raises(StreamClosedError) as info:
+                await fs.read_frames()
+            assert isinstance(info.value, IncompleteReadError)
+            assert "frame" in str(info.value)
+        finally:
+            server.close()
+
+    run(main())
+
+
+def test_framed_concurrent_read_raises_and_cancel_closes():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server)
+        try:
+            first = fs.read_frames()
+            with pytest.raises(BufferBusyError):
+                fs.read_frames()
+            await client.write(struct.pack("<QQ", 1, 10) + b"12345")  # half a message
+            await asyncio.sleep(0.01)
+            first.cancel()
+            await asyncio.sleep(0)
+            assert server.closed()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+# -- interop with dask.distributed ---------------------------------------------------
+
+
+def test_framed_reads_distributed_pack_frames():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server)
+        frames = [b"abc", b"", bytes(range(256)) * 400, memoryview(b"tail")]
+        try:
+            await client.write(pack_frames(frames))
+            got = await fs.read_frames()
+            assert [bytes(f) for f in got] == [bytes(f) for f in frames]
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_writes_what_distributed_unpack_frames_reads():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        frames = [b"abc", b"", bytes(range(256)) * 400, np.arange(10, dtype="f8")]
+        expected_wire = pack_frames(frames)
+        try:
+            await FramedStream(server).write_frames(frames)
+            wire = await client.read_bytes(len(expected_wire))
+            assert wire == expected_wire
+            assert [bytes(f) for f in unpack_frames(wire)] == [memoryview(f).tobytes() for f in frames]
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_rejects_stock_stream():
+    from tornado.iostream import IOStream
+
+    a, b = socket.socketpair()
+    try:
+        with pytest.raises(TypeError, match="ReadIntoIOStream"):
+            FramedStream(IOStream(a))
+    finally:
+        a.close()
+        b.close()

@@ -1,0 +1,113 @@
+"""`FramedStream`: multi-frame messages over a `ReadIntoIOStream`.
+
+A message is a list of frames (bytes-like buffers).  On the wire it is the
+header of `tornado_readinto.framing` (frame count and lengths, little-endian
+u64) followed by the frames, byte for byte dask.distributed's
+``pack_frames`` layout.  Sending is a gather write of the header and the
+frames by reference; receiving parses the header (limits checked before any
+allocation) and receives every frame into its own buffer from the allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from tornado.concurrent import Future
+
+from .framing import (
+    DEFAULT_MAX_FRAME_NBYTES,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_MESSAGE_NBYTES,
+    Allocator,
+    FrameReader,
+    pack_header,
+)
+from .iostream import ReadIntoIOStream
+
+__all__ = ["FramedStream"]
+
+
+class FramedStream:
+    """Send and receive framed messages over a `ReadIntoIOStream` (or
+    `SSLReadIntoIOStream`).
+
+    :arg stream: the connected stream; `FramedStream` takes over all reads
+        and writes on it.
+    :arg allocator: ``allocator(nbytes)`` returns the writable buffer a frame
+        is received into (default: `tornado_readinto.allocators.bytearray_allocator`;
+        see `~tornado_readinto.allocators.uninitialized_allocator` and
+        `~tornado_readinto.allocators.BufferPool`).
+    :arg max_frames: most frames a message may have (default 1 Mi).
+    :arg max_frame_nbytes: largest frame (default 64 GiB).
+    :arg max_message_nbytes: largest sum of frame sizes (default 64 GiB).
+
+    A header over a limit makes `read_frames` fail with `FrameTooLargeError`
+    before anything is allocated for that message, and closes the stream.
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(
+        self,
+        stream: ReadIntoIOStream,
+        *,
+        allocator: Optional[Allocator] = None,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
+        max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+    ) -> None:
+        if not isinstance(stream, ReadIntoIOStream):
+            raise TypeError(f"FramedStream needs a ReadIntoIOStream, got {type(stream).__name__}")
+        self.stream = stream
+        self._reader = FrameReader(
+            allocator,
+            max_frames=max_frames,
+            max_frame_nbytes=max_frame_nbytes,
+            max_message_nbytes=max_message_nbytes,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self.stream.closed() else "open"
+        return f"<{type(self).__name__} {state} {self._reader.describe_progress()}>"
+
+    def write_frames(self, frames: Sequence[Any]) -> Future[None]:
+        """Send one message; the Future resolves once all of it was sent.
+
+        Costs one small ``bytes`` for the header, one Future, and gather
+        ``sendmsg`` calls carrying the header and the frames; frames over
+        8 KiB are sent by reference (leave them unchanged until the Future
+        resolves), smaller ones are coalesced by one copy.
+
+        :arg frames: bytes-like objects (any C-contiguous buffer, sized by
+            ``nbytes``); zero frames and empty frames are valid.
+        :raises StreamClosedError: the stream is closed.
+        """
+        nbytes = [len(f) if type(f) is bytes or type(f) is bytearray else memoryview(f).nbytes for f in frames]
+        return self.stream.writelines([pack_header(nbytes), *frames])
+
+    def read_frames(self) -> Future[list[memoryview]]:
+        """Receive one message: a list with one writable ``memoryview``
+        (format ``'B'``) per frame, each over its own allocator buffer, owned
+        by the caller.
+
+        A small message already read ahead costs no syscall; large frames are
+        received with ``recv_into`` straight into their buffers (zero copy).
+        One Future per message.
+
+        :raises BufferBusyError: a read is already in progress.
+        :raises StreamClosedError: the stream is closed (between messages).
+        :raises FrameTooLargeError: (through the Future) a header over a limit;
+            the stream is closed and nothing of the message is delivered.
+        :raises FramingError: (through the Future) any other bad header.
+        :raises IncompleteReadError: (through the Future) the stream closed in
+            the middle of a message; ``expected``/``received`` byte counts.
+        """
+        return self.stream.read_message(self._reader)
+
+    def close(self) -> None:
+        """Close the stream (pending reads and writes fail)."""
+        self.stream.close()
+
+    def closed(self) -> bool:
+        return self.stream.closed()
