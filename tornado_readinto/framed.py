@@ -11,7 +11,7 @@ allocation) and receives every frame into its own buffer from the allocator.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 from tornado.concurrent import Future
 
@@ -52,7 +52,7 @@ class FramedStream:
         self,
         stream: ReadIntoIOStream,
         *,
-        allocator: Optional[Allocator] = None,
+        allocator: Allocator | None = None,
         max_frames: int = DEFAULT_MAX_FRAMES,
         max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
         max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
