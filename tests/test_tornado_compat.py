@@ -1,0 +1,70 @@
+"""The Tornado internals this package relies on still exist (and mean what we
+think), so an incompatible Tornado release fails here first."""
+
+import socket
+import subprocess
+import sys
+
+import tornado
+from tornado.iostream import IOStream
+
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat
+from tornado_readinto.writebuffer import ChunkedWriteBuffer
+
+from .conftest import run
+
+
+def test_compat_tornado_version_is_supported():
+    assert tornado.version_info[:2] >= _tornado_compat.MIN_TORNADO
+
+
+def test_compat_private_attributes_exist_on_stock_and_ours():
+    async def main():
+        a, b = socket.socketpair()
+        streams = [IOStream(a), ReadIntoIOStream(b)]
+        try:
+            for stream in streams:
+                assert _tornado_compat.check_stream_attrs(stream) == [], type(stream)
+            # dask.distributed appends to this and bumps _total_write_index
+            assert isinstance(streams[1]._write_buffer, ChunkedWriteBuffer)
+            for name in ("append", "peek", "advance", "clear"):
+                assert callable(getattr(streams[0]._write_buffer, name))
+        finally:
+            for stream in streams:
+                stream.close()
+
+    run(main())
+
+
+def test_compat_stock_hooks_we_override_still_exist():
+    for name in (
+        "_handle_read",
+        "_handle_write",
+        "_handle_events",
+        "_read_to_buffer_loop",
+        "_read_to_buffer",
+        "_find_read_pos",
+        "_finish_read",
+        "_consume",
+        "_read_from_buffer",
+        "_signal_closed",
+        "_start_read",
+        "_try_inline_read",
+        "_maybe_add_error_listener",
+        "_add_io_state",
+        "read_from_fd",
+        "write_to_fd",
+    ):
+        assert hasattr(IOStream, name), name
+    for name in ("_do_ssl_handshake", "wait_for_handshake", "_finish_ssl_connect"):
+        assert hasattr(SSLReadIntoIOStream, name), name
+
+
+def test_compat_unsupported_tornado_fails_loudly():
+    code = (
+        "import tornado; tornado.version_info = (6, 4, 0, 0); tornado.version = '6.4';"
+        "import tornado_readinto._tornado_compat"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "needs tornado>=6.5" in result.stderr
