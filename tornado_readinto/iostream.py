@@ -647,6 +647,10 @@ class ReadIntoIOStream(IOStream):
             self._read_target.release()
             self._read_target = None
             self._user_read_buffer = False
+        if self._write_buffer is not None:
+            # Release our views of the caller's buffers now (Tornado 6.5 just
+            # drops the buffer and leaves that to the garbage collector).
+            self._write_buffer.clear()
         super()._signal_closed()
 
     # -- writes ----------------------------------------------------------------
