@@ -367,3 +367,65 @@ def test_framed_rejects_stock_stream():
     finally:
         a.close()
         b.close()
+
+
+# -- idle timeout ----------------------------------------------------------------
+
+
+def test_framed_idle_timeout_closes_stalled_read():
+    from tornado_readinto import ReadTimeoutError
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server, read_idle_timeout=0.2)
+        try:
+            await client.write(struct.pack("<QQ", 1, 100) + b"x" * 10)  # then silence
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(ReadTimeoutError) as info:
+                await fs.read_frames()
+            elapsed = loop.time() - start
+            assert 0.2 <= elapsed < 0.6
+            assert info.value.timeout == 0.2 and "frame 0 of 1" in str(info.value)
+            assert isinstance(info.value, TimeoutError)
+            assert server.closed()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_idle_timeout_spares_slow_steady_peer_and_idle_stream():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server, read_idle_timeout=0.2)
+        try:
+            await asyncio.sleep(0.5)  # no read pending: idleness is fine
+            assert not server.closed()
+            wire = struct.pack("<QQ", 1, 12) + b"abcdefghijkl"
+            reading = fs.read_frames()
+            for i in range(0, len(wire), 4):  # a byte burst every 0.08 s: slow, not stalled
+                await client.write(wire[i : i + 4])
+                await asyncio.sleep(0.08)
+            assert [bytes(f) for f in await reading] == [b"abcdefghijkl"]
+            assert not server.closed()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_idle_timeout_must_be_positive():
+    a, b = socket.socketpair()
+    try:
+
+        async def main():
+            with pytest.raises(ValueError, match="read_idle_timeout"):
+                FramedStream(ReadIntoIOStream(a), read_idle_timeout=0)
+
+        run(main())
+    finally:
+        a.close()
+        b.close()

@@ -25,6 +25,7 @@ _EXPORTS = {
     "FrameTooLargeError": "errors",
     "IncompleteReadError": "errors",
     "BufferBusyError": "errors",
+    "ReadTimeoutError": "errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -25,6 +25,9 @@ __all__ = [
     "FrameTooLargeError",
     "IncompleteReadError",
     "BufferBusyError",
+    "CommClosedError",
+    "CommTimeoutError",
+    "HandshakeError",
 ]
 
 
@@ -91,3 +94,48 @@ class IncompleteReadError(ReadIntoError, StreamClosedError):  # type: ignore[mis
 class BufferBusyError(ReadIntoError, RuntimeError):
     """A second read started while one is in progress on the same stream, or
     a buffer was resized while views of it were exported."""
+
+
+class CommClosedError(ReadIntoError, OSError):
+    """A `tornado_readinto.comm.Comm` is closed, or its connection broke.
+
+    An ``OSError`` (``IOError``), like ``distributed.comm.CommClosedError``;
+    the low-level cause (``StreamClosedError``, `IncompleteReadError`, an
+    ``ssl.SSLError``…) is chained as ``__cause__``.
+    """
+
+
+class CommTimeoutError(CommClosedError, TimeoutError):
+    """`tornado_readinto.comm.connect` gave up after its timeout, or a read
+    waited longer than the comm's ``read_timeout`` (the comm was aborted).
+
+    Both a `CommClosedError` and a ``TimeoutError``, so either ``except``
+    clause catches it; the last connection error is chained.
+    """
+
+
+class HandshakeError(CommClosedError):
+    """The peer was reached but the two ends cannot talk: its TLS certificate
+    was refused, or it speaks another protocol or protocol version.
+
+    Retrying does not help, so `tornado_readinto.comm.connect` raises it at
+    once instead of retrying until its timeout.
+    """
+
+
+class ReadTimeoutError(ReadIntoError, TimeoutError):
+    """A read waited longer than its idle timeout without receiving a byte;
+    the stream was closed.
+
+    :ivar timeout: the idle timeout, in seconds.
+    :ivar what: what was being read, e.g. ``"frame 2 of 4"``.
+    """
+
+    def __init__(self, timeout: float, what: str = "") -> None:
+        self.timeout = timeout
+        self.what = what
+        during = f" while reading {what}" if what else ""
+        super().__init__(f"no data for {timeout:g} s{during}; connection closed")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.timeout, self.what))

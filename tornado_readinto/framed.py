@@ -15,6 +15,7 @@ from typing import Any
 
 from tornado.concurrent import Future
 
+from .errors import ReadTimeoutError
 from .framing import (
     DEFAULT_MAX_FRAME_NBYTES,
     DEFAULT_MAX_FRAMES,
@@ -41,6 +42,10 @@ class FramedStream:
     :arg max_frames: most frames a message may have (default 1 Mi).
     :arg max_frame_nbytes: largest frame (default 64 GiB).
     :arg max_message_nbytes: largest sum of frame sizes (default 64 GiB).
+    :arg read_idle_timeout: if set (seconds), a pending `read_frames` that
+        receives no byte for between this long and 1.5 times this long fails
+        with `ReadTimeoutError` and the stream is closed.  Costs one timer
+        callback per half timeout while the stream is open; nothing per read.
 
     A header over a limit makes `read_frames` fail with `FrameTooLargeError`
     before anything is allocated for that message, and closes the stream.
@@ -56,6 +61,7 @@ class FramedStream:
         max_frames: int = DEFAULT_MAX_FRAMES,
         max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
         max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+        read_idle_timeout: float | None = None,
     ) -> None:
         if not isinstance(stream, ReadIntoIOStream):
             raise TypeError(f"FramedStream needs a ReadIntoIOStream, got {type(stream).__name__}")
@@ -66,6 +72,12 @@ class FramedStream:
             max_frame_nbytes=max_frame_nbytes,
             max_message_nbytes=max_message_nbytes,
         )
+        if read_idle_timeout is not None and not read_idle_timeout > 0:
+            raise ValueError(f"read_idle_timeout must be > 0 seconds, got {read_idle_timeout}")
+        self.read_idle_timeout = read_idle_timeout
+        self._idle_timer: object | None = None
+        self._idle_mark = -1
+        self._idle_ticks = 0
 
     def __repr__(self) -> str:
         state = "closed" if self.stream.closed() else "open"
@@ -103,7 +115,34 @@ class FramedStream:
         :raises IncompleteReadError: (through the Future) the stream closed in
             the middle of a message; ``expected``/``received`` byte counts.
         """
-        return self.stream.read_message(self._reader)
+        future = self.stream.read_message(self._reader)
+        if self.read_idle_timeout is not None and self._idle_timer is None and not future.done():
+            self._schedule_idle_check()
+        return future
+
+    def _schedule_idle_check(self) -> None:
+        assert self.read_idle_timeout is not None
+        self._idle_timer = self.stream.io_loop.call_later(self.read_idle_timeout / 2, self._check_idle)
+
+    def _check_idle(self) -> None:
+        # Ticks every half timeout; three silent ticks in a row with a read
+        # pending mean between 1 and 1.5 timeouts without a byte.
+        self._idle_timer = None
+        stream = self.stream
+        if stream.closed():
+            return
+        received = stream.nbytes_received
+        if stream.reading() and received == self._idle_mark:
+            self._idle_ticks += 1
+            if self._idle_ticks >= 3:
+                assert self.read_idle_timeout is not None
+                error = ReadTimeoutError(self.read_idle_timeout, self._reader.describe_progress())
+                stream.close(exc_info=error)
+                return
+        else:
+            self._idle_ticks = 1 if stream.reading() else 0
+        self._idle_mark = received
+        self._schedule_idle_check()
 
     def close(self) -> None:
         """Close the stream (pending reads and writes fail)."""

@@ -168,6 +168,8 @@ class ReadIntoIOStream(IOStream):
         # False only when the last recv proved the socket (and SSL object)
         # empty; a READ event sets it back.  Lets reads skip a doomed recv.
         self._readable_hint = True
+        #: Bytes received so far (for idle timeouts and statistics).
+        self.nbytes_received = 0
         super().__init__(socket, *args, **kwargs)
         # Same append/peek/advance contract as Tornado's _StreamBuffer (which
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
@@ -478,6 +480,7 @@ class ReadIntoIOStream(IOStream):
             return 0
         if received < requested and self._short_read_drains:
             self._readable_hint = False
+        self.nbytes_received += received
         return received
 
     def _read_to_buffer(self, limit: int | None = None) -> int | None:
