@@ -1,0 +1,96 @@
+"""The echo implementations of ``python -m benchmarks.echo``: a registry.
+
+Each `ImplSpec` names a class (``module:Class``) with two process entry
+points, ``run_server(listener, loop_name, nclients, timeout_s) -> int`` and
+``run_client(port, plan, loop_name, timeout_s) -> list[ConnStats]``; the
+server and the client of a case use the same class.  Event-loop
+implementations get both for free by subclassing ``_async.AsyncConn`` and
+writing ``from_socket``/``send``/``recv``/``close``; ``_threads.Threads``
+shows the blocking shape.
+
+Extension point: to add ``comm-readinto``, ``dask-tcp`` or ``dask-readinto``,
+write an ``AsyncConn`` whose ``send``/``recv`` go through the comm (for
+distributed, ``distributed.comm.connect("tcp://..."/"readinto://...")`` on the
+client and ``distributed.comm.listen`` on the server, overriding
+``serve_connection``/``run_server``), point its spec's ``target`` at it and
+drop the ``unavailable`` reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEFAULT_IMPLS", "IMPLS", "ImplSpec", "availability", "load"]
+
+
+@dataclass(frozen=True)
+class ImplSpec:
+    name: str
+    target: str  # "module:Class", module relative to this package
+    summary: str
+    loop: str = "asyncio"  # "asyncio", "uvloop" or "threads"
+    requires: tuple[str, ...] = ()  # modules that must import
+    unavailable: str = ""  # a fixed reason: not written yet
+
+
+_T = "._tornado:"
+_A = "._asyncio:"
+_FRAMED = ("tornado_readinto.framed",)
+_NOT_YET = "not implemented yet: extension point, see benchmarks/impls/__init__.py"
+
+IMPLS: dict[str, ImplSpec] = {
+    spec.name: spec
+    for spec in [
+        ImplSpec("stock-read_bytes", _T + "StockReadBytes", "stock IOStream, read_bytes; write per buffer"),
+        ImplSpec("stock-read_into", _T + "StockReadInto", "stock IOStream, frames read_into a fresh bytearray"),
+        ImplSpec("stock-read_into-reuse", _T + "StockReadIntoReuse", "stock IOStream, read_into reused buffers"),
+        ImplSpec("readinto", _T + "ReadInto", "ReadIntoIOStream, read_into reused buffers; writelines"),
+        ImplSpec("framed-bytearray", _T + "FramedBytearray", "FramedStream, bytearray_allocator", requires=_FRAMED),
+        ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
+        ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
+        ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly; write + drain"),
+        ImplSpec("asyncio-protocol", _A + "AsyncioProtocol", "asyncio BufferedProtocol, echo from the callback"),
+        ImplSpec("uvloop-streams", _A + "AsyncioStreams", "asyncio streams on uvloop", "uvloop", ("uvloop",)),
+        ImplSpec("uvloop-protocol", _A + "AsyncioProtocol", "BufferedProtocol on uvloop", "uvloop", ("uvloop",)),
+        ImplSpec("uvloop-readinto", _T + "ReadInto", "ReadIntoIOStream on uvloop", "uvloop", ("uvloop",)),
+        ImplSpec(
+            "uvloop-framed-pool",
+            _T + "FramedPool",
+            "FramedStream + BufferPool on uvloop",
+            "uvloop",
+            ("uvloop",) + _FRAMED,
+        ),
+        ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
+        ImplSpec("comm-readinto", "", "tornado_readinto.comm", unavailable=_NOT_YET),
+        ImplSpec("dask-tcp", "", "distributed.comm tcp://", requires=("distributed",), unavailable=_NOT_YET),
+        ImplSpec("dask-readinto", "", "distributed.comm readinto://", requires=("distributed",), unavailable=_NOT_YET),
+    ]
+}
+
+#: ``--impl`` default: the stock baseline, stock's own read_into, ours, and the
+#: practical limit.
+DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "threads")
+
+
+def availability(spec: ImplSpec) -> str | None:
+    """None if ``spec`` can run here, else why not."""
+    if spec.unavailable:
+        return spec.unavailable
+    for module in spec.requires:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # ImportError, or a half-written module
+            return f"needs {module}: {type(exc).__name__}: {exc}"
+    try:
+        load(spec)
+    except Exception as exc:
+        return f"cannot load {spec.target}: {type(exc).__name__}: {exc}"
+    return None
+
+
+def load(spec: ImplSpec) -> Any:
+    """The class ``spec.target`` names."""
+    module, _, name = spec.target.partition(":")
+    return getattr(importlib.import_module(module, __name__), name)

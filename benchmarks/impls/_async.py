@@ -1,0 +1,219 @@
+"""The event-loop side of the echo benchmark: the connection interface that
+every asyncio/Tornado implementation fills in, the echo server loop, and the
+client driver (ping-pong and pipelined) that checks every echo.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import collections
+import socket
+from collections.abc import Awaitable, Sequence
+from time import perf_counter
+from typing import Any, Callable, TypeVar
+
+from ._common import Buffer, CasePlan, ConnClosed, ConnStats, MessageRing, Recorder
+
+T = TypeVar("T")
+HOST = "127.0.0.1"
+
+
+def prepare_socket(sock: socket.socket) -> None:
+    """Every implementation gets the same socket options: non-blocking, TCP_NODELAY."""
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def run_loop(loop_name: str, main: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    """Run ``main()`` on a fresh asyncio or uvloop loop, bounded by ``timeout_s``."""
+    if loop_name == "uvloop":
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(asyncio.wait_for(main(), timeout_s))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+class AsyncConn(abc.ABC):
+    """One connection of an event-loop implementation, client or server side.
+
+    Subclasses implement `from_socket`, `send`, `recv` and `close`; the same
+    class serves both ends, so both run the same code.
+    """
+
+    @classmethod
+    @abc.abstractmethod
+    async def from_socket(cls, sock: socket.socket) -> AsyncConn:
+        """Wrap a connected, non-blocking socket."""
+
+    @abc.abstractmethod
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        """Send one message; return once its buffers may be reused or are
+        queued by copy (asyncio streams), as the library does it."""
+
+    @abc.abstractmethod
+    async def recv(self) -> Sequence[Buffer]:
+        """Receive one message's frames (valid until the next `recv` or
+        `release`); raise `ConnClosed` on EOF before the message."""
+
+    def release(self, frames: Sequence[Buffer]) -> None:  # noqa: B027 - an optional hook
+        """The caller is done with ``frames`` (pooled implementations reuse them)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @classmethod
+    async def serve_connection(cls, sock: socket.socket) -> int:
+        """Echo messages until the peer closes; return how many."""
+        return await echo_loop(await cls.from_socket(sock))
+
+    # -- process entry points (see __main__.py) --------------------------------
+
+    @classmethod
+    def run_server(cls, listener: socket.socket, loop_name: str, nclients: int, timeout_s: float) -> int:
+        return run_loop(loop_name, lambda: serve(cls, listener, nclients), timeout_s)
+
+    @classmethod
+    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
+        return run_loop(loop_name, lambda: run_clients(cls, port, plan), timeout_s)
+
+
+async def echo_loop(conn: AsyncConn) -> int:
+    """Read a message, write it back (waiting as `send` does), repeat until EOF."""
+    nmessages = 0
+    try:
+        while True:
+            try:
+                frames = await conn.recv()
+            except ConnClosed:
+                return nmessages
+            await conn.send(frames)
+            conn.release(frames)
+            nmessages += 1
+    finally:
+        conn.close()
+
+
+async def serve(cls: type[AsyncConn], listener: socket.socket, nclients: int) -> int:
+    """Accept ``nclients`` connections, echo on all of them, return the total messages."""
+    loop = asyncio.get_running_loop()
+    listener.setblocking(False)
+    tasks = []
+    for _ in range(nclients):
+        sock, _ = await loop.sock_accept(listener)
+        prepare_socket(sock)
+        tasks.append(asyncio.ensure_future(cls.serve_connection(sock)))
+    listener.close()
+    return sum(await asyncio.gather(*tasks))
+
+
+async def run_clients(cls: type[AsyncConn], port: int, plan: CasePlan) -> list[ConnStats]:
+    """Open ``plan.clients`` connections and drive them concurrently."""
+    loop = asyncio.get_running_loop()
+    conns = []
+    try:
+        for _ in range(plan.clients):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            prepare_socket(sock)
+            await loop.sock_connect(sock, (HOST, port))
+            conns.append(await cls.from_socket(sock))
+        return list(await asyncio.gather(*(drive(conn, plan) for conn in conns)))
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def drive(conn: AsyncConn, plan: CasePlan) -> ConnStats:
+    """One connection's whole case: a fully compared first message, warm-up
+    and repeats, a fully compared last message."""
+    ring = MessageRing(plan.msize, plan.nframes, plan.window)
+    await _roundtrip_compared(conn, ring, 0)
+    recorder = Recorder(plan, perf_counter())
+    if plan.mode == "pingpong":
+        seq = await _pingpong(conn, ring, recorder, 1)
+    else:
+        seq = await _pipelined(conn, ring, recorder, 1, plan.window)
+    await _roundtrip_compared(conn, ring, seq)
+    return ConnStats(recorder.repeats, seq + 1, ring.verified_messages, ring.full_compares)
+
+
+async def _roundtrip_compared(conn: AsyncConn, ring: MessageRing, seq: int) -> None:
+    await conn.send(ring.stamp(seq))
+    echo = await conn.recv()
+    ring.compare(echo, seq)
+    conn.release(echo)
+
+
+async def _pingpong(conn: AsyncConn, ring: MessageRing, recorder: Recorder, seq: int) -> int:
+    more = True
+    while more:
+        t_sent = perf_counter()
+        await conn.send(ring.stamp(seq))
+        echo = await conn.recv()
+        now = perf_counter()
+        ring.check(echo, seq)
+        conn.release(echo)
+        seq += 1
+        more = recorder.on_echo(now, now - t_sent)
+    return seq
+
+
+async def _pipelined(conn: AsyncConn, ring: MessageRing, recorder: Recorder, seq: int, window: int) -> int:
+    """A writer task keeps ``window`` messages in flight; this coroutine reads
+    and checks the echoes.  Returns the next sequence number."""
+    slots = asyncio.Semaphore(window)
+    sent_at: collections.deque[float] = collections.deque()
+    in_flight = asyncio.Event()
+    stopping = False
+
+    async def writer(seq: int) -> int:
+        while True:
+            await slots.acquire()
+            if stopping:
+                return seq
+            frames = ring.stamp(seq)
+            sent_at.append(perf_counter())
+            in_flight.set()
+            await conn.send(frames)
+            seq += 1
+
+    def close_on_error(task: asyncio.Future[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            conn.close()  # wakes a reader waiting for an echo that will not come
+
+    task = asyncio.ensure_future(writer(seq))
+    task.add_done_callback(close_on_error)
+    try:
+        while True:
+            if not sent_at:
+                if stopping:
+                    # Nothing unechoed is in flight, so the writer is at most
+                    # finishing a send whose echo came back: waiting is safe.
+                    end = await task
+                    if end != seq:  # pragma: no cover - internal invariant
+                        raise AssertionError(f"writer sent up to {end}, echoes up to {seq}")
+                    return seq
+                in_flight.clear()
+                await in_flight.wait()
+                continue
+            echo = await conn.recv()
+            now = perf_counter()
+            ring.check(echo, seq)
+            conn.release(echo)
+            seq += 1
+            latency = now - sent_at.popleft()
+            if not stopping and not recorder.on_echo(now, latency):
+                stopping = True
+            slots.release()  # one more permit after stopping wakes the writer to exit
+    except BaseException as exc:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception() from exc  # type: ignore[misc]
+        task.cancel()
+        raise

@@ -1,0 +1,170 @@
+"""Tornado implementations: stock IOStream (read_bytes, read_into), our
+ReadIntoIOStream, and FramedStream with each allocator.
+
+All streams get ``max_buffer_size=MAX_BUFFER_NBYTES``: stock's default
+(100 MB) rejects a 100 MiB ``read_bytes``, and stock ``read_into`` counts the
+caller's buffer against it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from tornado.iostream import IOStream, StreamClosedError
+
+from tornado_readinto import ReadIntoIOStream
+
+from ._async import AsyncConn
+from ._common import U64, Buffer, ConnClosed, ReusedBuffers, check_nframes, pack_header, unpack_lengths
+
+#: Far above any benchmark message; nothing is allocated from it.
+MAX_BUFFER_NBYTES = 1 << 40
+
+
+class _TornadoConn(AsyncConn):
+    stream_class: ClassVar[type[IOStream]] = IOStream
+
+    def __init__(self, stream: IOStream) -> None:
+        self.stream = stream
+
+    @classmethod
+    async def from_socket(cls, sock: socket.socket) -> AsyncConn:
+        return cls(cls.stream_class(sock, max_buffer_size=MAX_BUFFER_NBYTES))
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class StockReadBytes(_TornadoConn):
+    """Stock IOStream: ``read_bytes`` for everything, one ``write`` per buffer."""
+
+    async def _read_lengths(self) -> tuple[int, ...]:
+        try:
+            head = await self.stream.read_bytes(U64.size)
+        except StreamClosedError:
+            raise ConnClosed from None
+        nframes = check_nframes(U64.unpack(head)[0])
+        if not nframes:
+            return ()
+        return unpack_lengths(nframes, await self.stream.read_bytes(U64.size * nframes))
+
+    async def recv(self) -> Sequence[Buffer]:
+        return [await self.stream.read_bytes(n) for n in await self._read_lengths()]
+
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        # stock has no gather write: one write (and one Future) per buffer
+        future = self.stream.write(pack_header(frames))
+        for frame in frames:
+            future = self.stream.write(frame)
+        await future  # futures resolve in order
+
+
+class StockReadInto(StockReadBytes):
+    """Stock IOStream: header by ``read_bytes``, each frame by ``read_into``
+    a fresh ``bytearray``."""
+
+    def _buffers(self, lengths: tuple[int, ...]) -> list[bytearray]:
+        return [bytearray(n) for n in lengths]
+
+    async def recv(self) -> Sequence[Buffer]:
+        frames = self._buffers(await self._read_lengths())
+        for frame in frames:
+            await self.stream.read_into(frame)
+        return frames
+
+
+class StockReadIntoReuse(StockReadInto):
+    """As `StockReadInto`, with the frame buffers reused across messages."""
+
+    def __init__(self, stream: IOStream) -> None:
+        super().__init__(stream)
+        self._reused = ReusedBuffers()
+
+    def _buffers(self, lengths: tuple[int, ...]) -> list[bytearray]:
+        return self._reused.get(lengths)
+
+
+class ReadInto(_TornadoConn):
+    """`ReadIntoIOStream`: everything by ``read_into`` into reused buffers,
+    one ``writelines`` per message."""
+
+    stream_class = ReadIntoIOStream
+
+    def __init__(self, stream: IOStream) -> None:
+        super().__init__(stream)
+        self._count = bytearray(U64.size)
+        self._lengths = bytearray()
+        self._reused = ReusedBuffers()
+
+    async def recv(self) -> Sequence[Buffer]:
+        stream = self.stream
+        try:
+            await stream.read_into(self._count)
+        except StreamClosedError:
+            raise ConnClosed from None
+        nframes = check_nframes(U64.unpack(self._count)[0])
+        if len(self._lengths) != U64.size * nframes:
+            self._lengths = bytearray(U64.size * nframes)
+        if nframes:
+            await stream.read_into(self._lengths)
+        frames = self._reused.get(unpack_lengths(nframes, self._lengths))
+        for frame in frames:
+            await stream.read_into(frame)
+        return frames
+
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        await self.stream.writelines([pack_header(frames), *frames])  # type: ignore[attr-defined]
+
+
+class _Framed(_TornadoConn):
+    """`FramedStream` over a `ReadIntoIOStream`; subclasses pick the allocator."""
+
+    stream_class = ReadIntoIOStream
+
+    def __init__(self, stream: IOStream) -> None:
+        super().__init__(stream)
+        from tornado_readinto.framed import FramedStream  # optional: see the registry
+
+        self.allocator = self.make_allocator()
+        self.framed = FramedStream(stream, allocator=self.allocator)  # type: ignore[arg-type]
+
+    def make_allocator(self) -> Any:
+        raise NotImplementedError
+
+    async def recv(self) -> Sequence[Buffer]:
+        try:
+            return await self.framed.read_frames()  # type: ignore[no-any-return]
+        except StreamClosedError:
+            raise ConnClosed from None
+
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        await self.framed.write_frames(frames)
+
+
+class FramedBytearray(_Framed):
+    def make_allocator(self) -> Any:
+        from tornado_readinto.allocators import bytearray_allocator
+
+        return bytearray_allocator
+
+
+class FramedUninit(_Framed):
+    def make_allocator(self) -> Any:
+        from tornado_readinto.allocators import uninitialized_allocator
+
+        return uninitialized_allocator
+
+
+class FramedPool(_Framed):
+    """One `BufferPool` per connection; frames go back to it once echoed
+    (server) or checked (client)."""
+
+    def make_allocator(self) -> Any:
+        from tornado_readinto.allocators import BufferPool
+
+        return BufferPool()
+
+    def release(self, frames: Sequence[Buffer]) -> None:
+        self.allocator.release_all(frames)

@@ -1,0 +1,172 @@
+"""The echo benchmark's pure parts (sizes, table, JSON, plot) on hand-made
+results, plus one end-to-end smoke run of ``python -m benchmarks.echo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.report import (
+    Result,
+    format_rate,
+    format_seconds,
+    format_size,
+    format_table,
+    parse_size,
+    plot,
+    ratio,
+    result_from_json,
+    to_json,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_result(impl: str, msgs_per_s: list[float], msize: int = 1024, **kw: object) -> Result:
+    repeats = [
+        {"msgs_per_s": m, "mib_per_s": m * msize / 2**20, "p50_s": 1e-4, "p99_s": 3e-4, "messages": 100}
+        for m in msgs_per_s
+    ]
+    kw.setdefault("server_rss_bytes", 30 << 20)
+    kw.setdefault("client_rss_bytes", 40 << 20)
+    return Result(impl, msize, 1, "pingpong", repeats=repeats, verified_messages=300, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def results() -> list[Result]:
+    return [
+        make_result("stock-read_bytes", [1000, 1200, 1100]),
+        make_result("readinto", [2000, 2600, 2200]),
+        make_result("threads", [4400, 4000, 4500]),
+        make_result("readinto", [30, 20, 25], msize=1 << 20),  # no baseline in this case
+        Result("framed-pool", 1024, 1, "pingpong", error="client exited with status 2: VERIFICATION FAILED\ntrace"),
+        Result("dask-tcp", 1024, 1, "pingpong", skipped="needs distributed"),
+        Result("dask-tcp", 1 << 20, 1, "pingpong", skipped="needs distributed"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, nbytes",
+    [("1KiB", 1024), ("64kib", 65536), ("1MiB", 1 << 20), ("100MiB", 100 << 20), ("1GiB", 1 << 30),
+     ("1000", 1000), ("12B", 12), ("1.5KiB", 1536), (" 2 MiB ", 2 << 20)],
+)  # fmt: skip
+def test_parse_size(text: str, nbytes: int) -> None:
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["", "KiB", "1KB", "1 TiB", "-1", "0.3B", "1.1.1MiB"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("nbytes, text", [(1024, "1KiB"), (1536, "1.5KiB"), (100 << 20, "100MiB"), (1000, "1000B")])
+def test_format_size_round_trips(nbytes: int, text: str) -> None:
+    assert format_size(nbytes) == text
+    assert parse_size(text) == nbytes
+
+
+def test_result_median_and_spread(results: list[Result]) -> None:
+    stock = results[0]
+    assert stock.median("msgs_per_s") == 1100
+    assert stock.spread("msgs_per_s") == (1000, 1200)
+    assert results[4].median("msgs_per_s") is None and not results[4].ok
+    assert make_result("x", [1, 2, 3, 4]).median("msgs_per_s") == 2.5
+
+
+def test_ratio_same_case_only(results: list[Result]) -> None:
+    stock, readinto, threads, big = results[:4]
+    assert ratio(results, readinto, "stock-read_bytes") == pytest.approx(2200 / 1100)
+    assert ratio(results, readinto, "threads") == pytest.approx(2200 / 4400)
+    assert ratio(results, stock, "stock-read_bytes") == pytest.approx(1.0)
+    assert ratio(results, big, "stock-read_bytes") is None  # no stock run at 1 MiB
+    assert ratio(results, results[4], "stock-read_bytes") is None  # failed
+
+
+def test_format_table(results: list[Result]) -> None:
+    table = format_table(results)
+    lines = table.splitlines()
+    readinto = next(line for line in lines if line.startswith("readinto ") and "1KiB" in line)
+    assert "2.2k (2k-2.6k)" in readinto  # median (min-max)
+    assert "2.00x" in readinto and "0.50x" in readinto
+    assert "100us" in readinto and "300us" in readinto
+    assert "30/40" in readinto  # RSS MiB, server/client
+    assert "one-way payload" in table and "median of 3 repeats" in table
+    failed = next(line for line in lines if line.startswith("framed-pool"))
+    assert "FAILED: client exited with status 2: VERIFICATION FAILED" in failed and "trace" not in table
+    skipped = [line for line in lines if line.startswith("SKIPPED")]
+    assert skipped == ["SKIPPED dask-tcp: needs distributed"]  # once per impl
+    big = next(line for line in lines if "1MiB" in line)
+    assert big.split()[-2:] == ["-", "-"]  # no ratios without baselines
+
+
+def test_format_units() -> None:
+    assert format_rate(12345) == "12.3k"
+    assert format_rate(2.5e6) == "2.5M"
+    assert format_rate(0.5) == "0.5"
+    assert format_seconds(2.5e-5) == "25us"
+    assert format_seconds(0.0123) == "12.3ms"
+    assert format_seconds(1.5) == "1.5s"
+
+
+def test_to_json(results: list[Result]) -> None:
+    data = json.loads(json.dumps(to_json(results, {"argv": ["--full"]})))
+    assert data["meta"] == {"argv": ["--full"]}
+    entries = data["results"]
+    assert [e["status"] for e in entries] == ["ok"] * 4 + ["failed", "skipped", "skipped"]
+    readinto = entries[1]
+    assert readinto["msgs_per_s"] == {"median": 2200, "min": 2000, "max": 2600}
+    assert readinto["x_stock-read_bytes"] == pytest.approx(2.0)
+    assert readinto["x_threads"] == pytest.approx(0.5)
+    assert readinto["msize_text"] == "1KiB" and len(readinto["repeats"]) == 3
+    assert entries[5]["skipped"] == "needs distributed"
+    again = [result_from_json(e) for e in entries]
+    assert to_json(again, {"argv": ["--full"]}) == data
+
+
+def test_plot_writes_png(tmp_path: Path, results: list[Result]) -> None:
+    pytest.importorskip("matplotlib")
+    pipelined = make_result("readinto", [900, 1000])
+    pipelined.mode = "pipelined"
+    path = tmp_path / "echo.png"
+    plot(results + [pipelined], str(path))
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 5000
+
+
+def test_plot_without_results(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "empty.png"
+    plot([Result("dask-tcp", 1024, 1, "pingpong", skipped="no")], str(path))
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_echo_cli_smoke(tmp_path: Path) -> None:
+    """The real CLI end to end: separate server and client processes, verified echoes."""
+    out = tmp_path / "echo.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", "stock-read_bytes,readinto,threads,dask-tcp",
+           "--msize", "1KiB,64KiB", "--mode", "pingpong,pipelined", "--duration", "0.1", "--warmup", "0.02",
+           "--repeat", "1", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "x threads" in proc.stdout and "SKIPPED dask-tcp" in proc.stdout
+    assert sum(line.startswith("[") for line in proc.stderr.splitlines()) == 16  # progress per case
+    entries = json.loads(out.read_text())["results"]
+    cases = {(e["impl"], e["msize"], e["mode"]) for e in entries}
+    assert len(entries) == len(cases) == 16
+    for e in entries:
+        if e["impl"] == "dask-tcp":
+            assert e["status"] == "skipped"
+            continue
+        assert e["status"] == "ok", e["error"]
+        assert e["verified_messages"] > 0 and e["verified_messages"] == e["messages_sent"]
+        assert e["messages_echoed_by_server"] == e["messages_sent"]
+        assert e["full_compares"] == 2
+        assert e["msgs_per_s"]["median"] > 0 and e["server_rss_bytes"] > 0
+        assert e["window"] == (16 if e["mode"] == "pipelined" else 1)
