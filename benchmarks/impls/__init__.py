@@ -64,8 +64,13 @@ IMPLS: dict[str, ImplSpec] = {
         ),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
         ImplSpec("comm-readinto", "", "tornado_readinto.comm", unavailable=_NOT_YET),
-        ImplSpec("dask-tcp", "", "distributed.comm tcp://", requires=("distributed",), unavailable=_NOT_YET),
-        ImplSpec("dask-readinto", "", "distributed.comm readinto://", requires=("distributed",), unavailable=_NOT_YET),
+        ImplSpec("dask-tcp", "._dask:DaskTCP", "distributed.comm tcp://", requires=("distributed",)),
+        ImplSpec(
+            "dask-readinto",
+            "._dask:DaskReadInto",
+            "distributed.comm readinto://",
+            requires=("distributed", "tornado_readinto.dask_backend"),
+        ),
     ]
 }
 
