@@ -150,20 +150,17 @@ def test_echo_cli_smoke(tmp_path: Path) -> None:
     """The real CLI end to end: separate server and client processes, verified echoes."""
     out = tmp_path / "echo.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", "stock-read_bytes,readinto,threads,dask-tcp",
+    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", "stock-read_bytes,readinto,threads,comm-readinto",
            "--msize", "1KiB,64KiB", "--mode", "pingpong,pipelined", "--duration", "0.1", "--warmup", "0.02",
            "--repeat", "1", "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
-    assert "x threads" in proc.stdout and "SKIPPED dask-tcp" in proc.stdout
+    assert "x threads" in proc.stdout and "SKIPPED" not in proc.stdout
     assert sum(line.startswith("[") for line in proc.stderr.splitlines()) == 16  # progress per case
     entries = json.loads(out.read_text())["results"]
     cases = {(e["impl"], e["msize"], e["mode"]) for e in entries}
     assert len(entries) == len(cases) == 16
     for e in entries:
-        if e["impl"] == "dask-tcp":
-            assert e["status"] == "skipped"
-            continue
         assert e["status"] == "ok", e["error"]
         assert e["verified_messages"] > 0 and e["verified_messages"] == e["messages_sent"]
         assert e["messages_echoed_by_server"] == e["messages_sent"]

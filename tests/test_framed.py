@@ -429,3 +429,26 @@ def test_framed_idle_timeout_must_be_positive():
     finally:
         a.close()
         b.close()
+
+
+def test_framed_bad_header_already_read_ahead_fails_the_future():
+    """A good message and a hostile header arrive in one segment: the first
+    read delivers the good message, the second returns a Future that fails
+    with FrameTooLargeError (not a synchronous StreamClosedError)."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server, max_frame_nbytes=1000)
+        try:
+            await client.write(struct.pack("<QQ", 1, 10) + b"x" * 10 + struct.pack("<QQ", 1, 2**40))
+            assert [bytes(f) for f in await fs.read_frames()] == [b"x" * 10]
+            await asyncio.sleep(0.02)  # the bad header is read ahead by now
+            future = fs.read_frames()
+            with pytest.raises(FrameTooLargeError):
+                await future
+            assert server.closed()
+        finally:
+            server.close()
+            client.close()
+
+    run(main())

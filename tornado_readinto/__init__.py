@@ -26,15 +26,25 @@ _EXPORTS = {
     "IncompleteReadError": "errors",
     "BufferBusyError": "errors",
     "ReadTimeoutError": "errors",
+    "CommClosedError": "errors",
+    "CommTimeoutError": "errors",
+    "HandshakeError": "errors",
+    "Comm": "comm",
+    "connect": "comm",
+    "listen": "comm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .comm import Comm, connect, listen  # noqa: F401
     from .errors import (  # noqa: F401
         BufferBusyError,
+        CommClosedError,
+        CommTimeoutError,
         FrameTooLargeError,
         FramingError,
+        HandshakeError,
         IncompleteReadError,
         ReadIntoError,
     )

@@ -295,6 +295,11 @@ class ReadIntoIOStream(IOStream):
             middle of a message, or with ``StreamClosedError`` if it closes
             between messages.
         """
+        error = self.error
+        if self._closed and isinstance(error, ReadIntoError) and not isinstance(error, StreamClosedError):
+            # Closed because the data was rejected: what is left read ahead
+            # belongs to that bad message.
+            raise StreamClosedError(real_error=error)
         future = self._start_read()
         self._read_reader = reader
         try:
@@ -304,8 +309,10 @@ class ReadIntoIOStream(IOStream):
                 self._read_from_buffer(0)
             elif not self.closed():
                 self._try_inline_read()
-            else:
+            elif not future.done():
                 self._check_closed()
+            # else: the read-ahead bytes were rejected (FramingError…) and the
+            # stream closed: the Future already carries that error.
         except BaseException:
             future.add_done_callback(lambda f: f.exception())
             raise
@@ -657,6 +664,12 @@ class ReadIntoIOStream(IOStream):
         super()._signal_closed()
 
     # -- writes ----------------------------------------------------------------
+
+    @property
+    def write_buffer_nbytes(self) -> int:
+        """Bytes queued and not yet sent (0 once closed): for backpressure."""
+        write_buffer = self._write_buffer
+        return len(write_buffer) if write_buffer is not None else 0
 
     def write(self, data: Any) -> Future[None]:
         """Queue ``data`` and send what the socket takes now; the Future

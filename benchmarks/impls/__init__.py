@@ -38,7 +38,6 @@ class ImplSpec:
 _T = "._tornado:"
 _A = "._asyncio:"
 _FRAMED = ("tornado_readinto.framed",)
-_NOT_YET = "not implemented yet: extension point, see benchmarks/impls/__init__.py"
 
 IMPLS: dict[str, ImplSpec] = {
     spec.name: spec
@@ -63,7 +62,7 @@ IMPLS: dict[str, ImplSpec] = {
             ("uvloop",) + _FRAMED,
         ),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
-        ImplSpec("comm-readinto", "", "tornado_readinto.comm", unavailable=_NOT_YET),
+        ImplSpec("comm-readinto", "._comm:CommReadInto", "tornado_readinto.comm (no dask)", requires=("msgpack",)),
         ImplSpec("dask-tcp", "._dask:DaskTCP", "distributed.comm tcp://", requires=("distributed",)),
         ImplSpec(
             "dask-readinto",

@@ -1,0 +1,1362 @@
+"""dask-like message comms over `FramedStream`, usable without dask.
+
+::
+
+    async def handler(comm: Comm) -> None:
+        msg = await comm.read()
+        await comm.write({"echo": msg})
+        await comm.close()
+
+    listener = await listen("tcp://127.0.0.1:0", handler)
+    comm = await connect(listener.contact_address)
+    await comm.write({"op": "ping", "data": numpy.arange(10**7)})
+    print(await comm.read())
+
+Addresses are ``tcp://host:port``, ``tls://host:port`` (with an
+``ssl_context=``) and ``unix:///path``.  A `Comm` carries *messages*: Python
+structures of ``dict``, ``list``, ``tuple``, ``str``, ``int``, ``float``,
+``bool``, ``None``, bytes-like objects and numpy arrays, nested freely.
+
+Wire format of one message (on top of the framed layer of
+`tornado_readinto.framing`, i.e. one framed message per comm message):
+
+* frame 0: the message serialized with msgpack, where every large buffer is
+  replaced by a placeholder (a msgpack ExtType) that names its frame;
+* frames 1..n: the out-of-band buffers, in order of first appearance, sent by
+  reference and received straight into their own allocator buffers.
+
+The placeholders, msgpack ``ExtType(code, data)`` whose ``data`` is itself
+msgpack (nothing but these codes is ever turned into an object):
+
+``ExtType(1, index)``
+    A bytes-like buffer in frame ``index``; received as a writable
+    ``memoryview`` over that frame (no copy).
+``ExtType(2, [data, dtype, shape, order])``
+    A numpy array (``shape`` a list) or numpy scalar (``shape`` nil).
+    ``data`` is a frame index (out of band) or the raw bytes (inline);
+    ``dtype`` a whitelisted ``dtype.str`` such as ``"<f8"`` (booleans,
+    integers, floats, complex, datetimes: never objects, strings or
+    structured dtypes); ``order`` is ``"C"`` or ``"F"``.  Out-of-band arrays
+    are received with ``numpy.frombuffer`` over the frame (no copy, writable).
+``ExtType(3, [items])``
+    A tuple (msgpack has none).
+``ExtType(4, [data, [indices]])``
+    A pickle (protocol 5), only when both ends opened the comm with
+    ``allow_pickle=True``; ``data`` is a frame index or the pickle bytes,
+    ``indices`` the frames of its out-of-band ``PickleBuffer`` objects.
+
+Every placeholder from the peer is validated (frame index in range and used
+once, dtype against a whitelist, ``shape`` times ``itemsize`` equal to the
+frame size, every frame referenced); a bad one raises `FramingError` and
+aborts the comm.  A pickle placeholder on a comm that did not opt in with
+``allow_pickle=True`` is refused the same way: untrusted bytes never reach
+``pickle``.
+
+Handshake: right after connecting (and the TLS handshake), each end sends one
+message of one frame, the msgpack map ``{"protocol": "tornado_readinto",
+"version": PROTOCOL_VERSION, "allow_pickle": bool}``, then reads the
+other's (at most `HANDSHAKE_MAX_NBYTES`, within a timeout).  Another
+protocol or version raises `HandshakeError` naming both and closes.
+
+Backpressure: `Comm.write` returns once the message is queued, unless the
+stream then holds more than ``write_high_water_nbytes`` unsent bytes
+(`WRITE_HIGH_WATER_NBYTES` by default): then it waits until they are sent.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import logging
+import os
+import pickle
+import random
+import re
+import socket
+import ssl
+import stat
+import sys
+import tempfile
+from collections.abc import Awaitable, Sequence
+from typing import Any, Callable, Final, NoReturn, Union
+
+import msgpack
+from tornado.iostream import StreamClosedError
+from tornado.netutil import add_accept_handler, bind_sockets
+
+from .allocators import uninitialized_allocator
+from .errors import (
+    BufferBusyError,
+    CommClosedError,
+    CommTimeoutError,
+    FramingError,
+    HandshakeError,
+    ReadTimeoutError,
+)
+from .framed import FramedStream
+from .framing import (
+    DEFAULT_MAX_FRAME_NBYTES,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_MESSAGE_NBYTES,
+    Allocator,
+    FrameReader,
+)
+from .iostream import ReadIntoIOStream, SSLReadIntoIOStream
+
+__all__ = [
+    "Comm",
+    "Listener",
+    "connect",
+    "listen",
+    "encode_message",
+    "decode_message",
+    "parse_address",
+    "CommClosedError",
+    "CommTimeoutError",
+    "HandshakeError",
+    "PROTOCOL_NAME",
+    "PROTOCOL_VERSION",
+    "OUT_OF_BAND_MIN_NBYTES",
+    "WRITE_HIGH_WATER_NBYTES",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Name sent in the handshake; a peer that sends another one is refused.
+PROTOCOL_NAME: Final = "tornado_readinto"
+
+#: Version of the message format (placeholders, handshake).  Both ends must
+#: send the same one; bump it on any incompatible change.
+PROTOCOL_VERSION: Final = 1
+
+#: Buffers (bytes-like objects, numpy arrays, pickle buffers) of at least this
+#: many bytes travel out of band, as their own frames sent by reference and
+#: received into their own buffers; smaller ones are copied into the msgpack
+#: header.  64 KiB: below it the copy costs less than the extra frame (a
+#: header entry, a gather slot and an allocation on the receiver); above it
+#: the copy dominates.  It is also the read-ahead chunk size, so a message of
+#: small values usually arrives in one ``recv``.
+OUT_OF_BAND_MIN_NBYTES: Final = 64 * 1024  # bytes
+
+#: `Comm.write` waits for the stream to send everything queued once more than
+#: this many bytes are queued, instead of letting the queue (which holds
+#: references to the caller's buffers) grow without bound when the peer reads
+#: slower than we write.  64 MiB: several times a socket send buffer (4 MiB
+#: at most by default on Linux), so a fast peer never makes a writer wait.
+WRITE_HIGH_WATER_NBYTES: Final = 64 * 1024 * 1024  # bytes
+
+#: Default seconds `connect` keeps trying (connection, TLS and comm handshake).
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0  # seconds
+
+#: Default seconds a listener waits for the TLS and comm handshakes of an
+#: accepted connection before dropping it.
+DEFAULT_HANDSHAKE_TIMEOUT: Final = 10.0  # seconds
+
+#: Largest handshake message accepted from a peer (one frame).  A handshake
+#: is a small dict; the bound keeps an unauthenticated peer from making us
+#: allocate more than this before it has proven it speaks our protocol.
+HANDSHAKE_MAX_NBYTES: Final = 64 * 1024  # bytes
+
+#: Listen backlog: connections the kernel queues before we accept them (it
+#: caps this at net.core.somaxconn, 4096 on Linux >= 5.4).  dask uses 2048
+#: (``distributed.comm.socket-backlog``): a worker may get a connection from
+#: every other worker at once.
+LISTEN_BACKLOG: Final = 2048
+
+# connect() retry delays: "full jitter" exponential backoff (a random delay
+# in [0, min(cap, base * 2**attempt)]), as in AWS's "Exponential Backoff And
+# Jitter" and dask's connect(); capped so a peer that comes up is found soon.
+_BACKOFF_BASE: Final = 0.01  # seconds
+_BACKOFF_MAX: Final = 1.0  # seconds
+
+# Placeholder ExtType codes (see the module docstring).
+EXT_BUFFER: Final = 1
+EXT_NDARRAY: Final = 2
+EXT_TUPLE: Final = 3
+EXT_PICKLE: Final = 4
+
+# msgpack integers are at most 64 bits.
+_INT_MIN: Final = -(1 << 63)
+_INT_MAX: Final = (1 << 64) - 1
+
+# numpy dtypes a peer may name: booleans, integers, floats, complex numbers,
+# datetimes and timedeltas, in any byte order.  Nothing with fields, objects,
+# strings or platform-dependent sizes (long double): np.frombuffer over such
+# a dtype could build objects or misread memory.
+_DTYPE_RE: Final = re.compile(
+    r"[<>|=]?(?:b1|[iu][1248]|f[248]|c(?:8|16)|[mM]8(?:\[(?:Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?)"
+)
+_MAX_NDIM: Final = 64  # numpy's NPY_MAXDIMS (32 before numpy 2)
+
+_SCHEMES: Final = ("tcp", "tls", "unix")
+
+# A Unix socket path must fit sockaddr_un.sun_path (108 bytes on Linux,
+# 104 on the BSDs and macOS), including the terminating NUL.
+_UNIX_PATH_MAX: Final = 104 if sys.platform == "darwin" or "bsd" in sys.platform else 108
+
+Handler = Callable[["Comm"], Union[Awaitable[None], None]]
+
+
+# -- addresses ------------------------------------------------------------------
+
+
+def parse_address(address: str) -> tuple[str, str]:
+    """Split ``"scheme://location"`` into ``(scheme, location)``.
+
+    :raises ValueError: no scheme, or not one of ``tcp``, ``tls``, ``unix``.
+    """
+    if not isinstance(address, str):
+        raise TypeError(f"address must be a str, not {type(address).__name__}")
+    scheme, sep, loc = address.partition("://")
+    if not sep:
+        raise ValueError(f"address {address!r} has no scheme; expected tcp://host:port, tls://host:port or unix:///path")
+    if scheme not in _SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r} in {address!r}; expected one of {', '.join(_SCHEMES)}")
+    if scheme == "unix" and not loc:
+        raise ValueError(f"address {address!r} has no path")
+    return scheme, loc
+
+
+def _parse_host_port(loc: str, address: str, default_port: int | None = None) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``."""
+    if loc.startswith("["):
+        host, sep, rest = loc[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"invalid address {address!r}")
+        port_str = rest[1:]
+    elif loc.count(":") > 1:
+        raise ValueError(f"invalid address {address!r}: an IPv6 host needs brackets, like [::1]:8786")
+    else:
+        host, _, port_str = loc.partition(":")
+    if not port_str:
+        if default_port is None:
+            raise ValueError(f"address {address!r} has no port")
+        return host, default_port
+    try:
+        port = int(port_str)
+    except ValueError:
+        raise ValueError(f"invalid port {port_str!r} in {address!r}") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range in {address!r}")
+    return host, port
+
+
+def _unparse_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _sockaddr_str(scheme: str, sockaddr: Any) -> str:
+    """``scheme://…`` for a ``getsockname()``/``accept()`` address."""
+    if isinstance(sockaddr, tuple):
+        return f"{scheme}://{_unparse_host_port(sockaddr[0], sockaddr[1])}"
+    if isinstance(sockaddr, bytes):  # Linux abstract namespace
+        sockaddr = sockaddr.decode(errors="replace")
+    return f"{scheme}://{sockaddr or ''}"
+
+
+# -- message encoding -----------------------------------------------------------
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _nbytes(buf: Any) -> int:
+    return len(buf) if type(buf) is bytes or type(buf) is bytearray else memoryview(buf).nbytes
+
+
+class _Encoder:
+    """One message's walk: copies its containers, replacing large buffers (and,
+    when allowed, unsupported objects) by placeholders; collects the frames."""
+
+    __slots__ = ("frames", "allow_pickle", "min_nbytes", "np")
+
+    def __init__(self, allow_pickle: bool, min_nbytes: int) -> None:
+        self.frames: list[Any] = [b""]  # frame 0 is the header, set at the end
+        self.allow_pickle = allow_pickle
+        self.min_nbytes = min_nbytes
+        # numpy arrays can only exist if numpy was imported by someone.
+        self.np: Any = sys.modules.get("numpy")
+
+    def encode(self, obj: Any) -> Any:
+        t = type(obj)
+        if t is str or t is float or t is bool or obj is None:
+            return obj
+        if t is int:
+            return obj if _INT_MIN <= obj <= _INT_MAX else self.fallback(obj)
+        if t is dict:
+            return {self.key(k): self.encode(v) for k, v in obj.items()}
+        if t is list:
+            return [self.encode(v) for v in obj]
+        if t is tuple:
+            return msgpack.ExtType(EXT_TUPLE, _packb([self.encode(v) for v in obj]))
+        if t is bytes or t is bytearray or t is memoryview:
+            return self.buffer(obj)
+        np = self.np
+        if np is not None:
+            if isinstance(obj, np.ndarray):
+                return self.ndarray(obj)
+            if isinstance(obj, np.generic):
+                return self.scalar(obj)
+        # Subclasses of the builtins travel as their base type (as with msgpack).
+        if isinstance(obj, (str, float)):
+            return obj
+        if isinstance(obj, int):
+            return int(obj) if _INT_MIN <= obj <= _INT_MAX else self.fallback(obj)
+        if isinstance(obj, dict):
+            return {self.key(k): self.encode(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.encode(v) for v in obj]
+        if isinstance(obj, tuple):
+            return msgpack.ExtType(EXT_TUPLE, _packb([self.encode(v) for v in obj]))
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            return self.buffer(obj)
+        return self.fallback(obj)
+
+    def key(self, k: Any) -> Any:
+        """A dict key: stays hashable on the other side (buffers inline)."""
+        t = type(k)
+        if t is str or t is int or t is bytes or t is float or t is bool or k is None:
+            return k
+        if isinstance(k, tuple):
+            return msgpack.ExtType(EXT_TUPLE, _packb([self.key(v) for v in k]))
+        if isinstance(k, (str, int, float, bytes)):
+            return k
+        np = self.np
+        if np is not None and isinstance(k, np.generic):
+            return self.scalar(k)
+        return self.fallback(k)
+
+    def add_frame(self, frame: Any) -> int:
+        self.frames.append(frame)
+        return len(self.frames) - 1
+
+    def buffer(self, obj: Any) -> Any:
+        view = memoryview(obj)
+        if not view.c_contiguous:
+            obj = view = memoryview(view.tobytes())  # one copy
+        if view.nbytes < self.min_nbytes:
+            return obj  # msgpack copies it into the header
+        return msgpack.ExtType(EXT_BUFFER, _packb(self.add_frame(view)))
+
+    def ndarray(self, arr: Any) -> Any:
+        dtype_str = arr.dtype.str
+        if arr.dtype.hasobject or not _DTYPE_RE.fullmatch(dtype_str):
+            return self.fallback(arr)
+        if arr.flags.c_contiguous:
+            data, order = arr, "C"
+        elif arr.flags.f_contiguous:
+            data, order = arr.T, "F"  # C-contiguous, same bytes: no copy
+        else:
+            data, order = self.np.ascontiguousarray(arr), "C"  # one copy
+        shape = list(arr.shape)
+        if arr.nbytes < self.min_nbytes:
+            payload: Any = data.tobytes()
+        else:
+            # A flat uint8 view: datetime64 arrays have no buffer interface.
+            payload = self.add_frame(data.reshape(-1).view(self.np.uint8))
+        return msgpack.ExtType(EXT_NDARRAY, _packb([payload, dtype_str, shape, order]))
+
+    def scalar(self, obj: Any) -> Any:
+        dtype_str = obj.dtype.str
+        if obj.dtype.hasobject or not _DTYPE_RE.fullmatch(dtype_str):
+            return self.fallback(obj)
+        return msgpack.ExtType(EXT_NDARRAY, _packb([obj.tobytes(), dtype_str, None, "C"]))
+
+    def fallback(self, obj: Any) -> Any:
+        if not self.allow_pickle:
+            raise TypeError(
+                f"cannot send {type(obj).__name__} objects without pickle; "
+                "open both ends with allow_pickle=True if you trust the peer"
+            )
+        indices: list[int] = []
+
+        def buffer_callback(pb: pickle.PickleBuffer) -> bool:
+            try:
+                view = pb.raw()
+            except BufferError:  # not contiguous: pickle copies it in band
+                return True
+            if view.nbytes < self.min_nbytes:
+                return True
+            indices.append(self.add_frame(view))
+            return False
+
+        data = pickle.dumps(obj, protocol=5, buffer_callback=buffer_callback)
+        payload: Any = data if len(data) < self.min_nbytes else self.add_frame(data)
+        return msgpack.ExtType(EXT_PICKLE, _packb([payload, indices]))
+
+
+def encode_message(
+    msg: Any,
+    *,
+    allow_pickle: bool = False,
+    out_of_band_min_nbytes: int = OUT_OF_BAND_MIN_NBYTES,
+) -> list[Any]:
+    """Serialize ``msg`` into frames: frame 0 is the msgpack header, frames
+    1.. are the out-of-band buffers (see the module docstring).
+
+    Cost: one walk over ``msg`` that copies its containers (dicts, lists,
+    tuples; tuples are msgpack-packed on their own), one msgpack pass;
+    values under ``out_of_band_min_nbytes`` are copied into the header, larger
+    buffers and C- or Fortran-contiguous numpy arrays are referenced, not
+    copied (other arrays and non-contiguous buffers are copied once).  The
+    frames reference the caller's buffers: do not modify them until sent.
+
+    :arg allow_pickle: pickle (protocol 5, large buffers out of band) objects
+        that have no msgpack form; without it they raise ``TypeError``.
+    :raises TypeError: ``msg`` holds an object that cannot be sent.
+    """
+    encoder = _Encoder(allow_pickle, out_of_band_min_nbytes)
+    encoder.frames[0] = _packb(encoder.encode(msg))
+    return encoder.frames
+
+
+_NUMPY: Any = None
+
+
+def _numpy() -> Any:
+    global _NUMPY
+    if _NUMPY is None:
+        try:
+            import numpy
+        except ImportError:
+            raise FramingError("the message holds a numpy array, but numpy is not installed") from None
+        _NUMPY = numpy
+    return _NUMPY
+
+
+class _Decoder:
+    """The ``ext_hook`` of one message: turns placeholders back into objects,
+    validating each against the frames received."""
+
+    __slots__ = ("frames", "used", "allow_pickle")
+
+    def __init__(self, frames: Sequence[memoryview], allow_pickle: bool) -> None:
+        self.frames = frames
+        self.used = [True] + [False] * (len(frames) - 1)
+        self.allow_pickle = allow_pickle
+
+    def unpack(self, data: Any) -> Any:
+        return msgpack.unpackb(data, ext_hook=self.ext_hook, raw=False, strict_map_key=False, use_list=True)
+
+    def take(self, index: Any) -> memoryview:
+        if type(index) is not int or not 0 < index < len(self.frames):
+            last = len(self.frames) - 1
+            raise FramingError(f"placeholder names frame {index!r}, but the message has frames 1 to {last}")
+        if self.used[index]:
+            raise FramingError(f"placeholder names frame {index} a second time")
+        self.used[index] = True
+        return self.frames[index]
+
+    def ext_hook(self, code: int, data: bytes) -> Any:
+        if code == EXT_TUPLE:
+            items = self.unpack(data)
+            if type(items) is not list:
+                raise FramingError(f"tuple placeholder holds {type(items).__name__}, not a list")
+            return tuple(items)
+        if code == EXT_BUFFER:
+            return self.take(self.unpack(data))
+        if code == EXT_NDARRAY:
+            return self.ndarray(self.unpack(data))
+        if code == EXT_PICKLE:
+            if not self.allow_pickle:
+                raise FramingError(
+                    "peer sent a pickled object, but this comm was not opened with allow_pickle=True; "
+                    "refusing to unpickle untrusted data"
+                )
+            return self.unpickle(self.unpack(data))
+        raise FramingError(f"unknown placeholder type {code}")
+
+    def ndarray(self, fields: Any) -> Any:
+        if type(fields) is not list or len(fields) != 4:
+            raise FramingError("array placeholder is not [data, dtype, shape, order]")
+        payload, dtype_str, shape, order = fields
+        np = _numpy()
+        if type(dtype_str) is not str or not _DTYPE_RE.fullmatch(dtype_str):
+            raise FramingError(f"array placeholder has dtype {dtype_str!r}, which is not allowed")
+        dtype = np.dtype(dtype_str)
+        if order not in ("C", "F"):
+            raise FramingError(f"array placeholder has order {order!r}, not 'C' or 'F'")
+        if shape is not None:
+            if type(shape) is not list or len(shape) > _MAX_NDIM or any(type(n) is not int or n < 0 for n in shape):
+                raise FramingError(f"array placeholder has invalid shape {shape!r}")
+        count = 1
+        for n in shape or ():
+            count *= n
+        expected = count * dtype.itemsize
+        if type(payload) is int:
+            if shape is None:
+                raise FramingError("scalar placeholder must carry its bytes inline")
+            buf: Any = self.take(payload)
+        elif type(payload) is bytes:
+            buf = bytearray(payload)  # inline: small; copied so the result is writable
+        else:
+            raise FramingError(f"array placeholder data is {type(payload).__name__}, not a frame index or bytes")
+        if len(buf) != expected:
+            raise FramingError(
+                f"array placeholder of shape {shape} and dtype {dtype_str} needs {expected} bytes, got {len(buf)}"
+            )
+        arr = np.frombuffer(buf, dtype=dtype)
+        if shape is None:
+            return arr[0]
+        return arr.reshape(shape, order=order)
+
+    def unpickle(self, fields: Any) -> Any:
+        if type(fields) is not list or len(fields) != 2 or type(fields[1]) is not list:
+            raise FramingError("pickle placeholder is not [data, buffer indices]")
+        payload, indices = fields
+        data = self.take(payload) if type(payload) is int else payload
+        if not isinstance(data, (bytes, memoryview)):
+            raise FramingError(f"pickle placeholder data is {type(data).__name__}")
+        buffers = [self.take(i) for i in indices]
+        return pickle.loads(data, buffers=buffers)
+
+
+def decode_message(frames: Sequence[memoryview], *, allow_pickle: bool = False) -> Any:
+    """Rebuild a message from the frames of `encode_message`.
+
+    Cost: one msgpack pass over frame 0 (small values are copied out of it);
+    out-of-band buffers come back as the received frames themselves, and
+    numpy arrays as ``numpy.frombuffer`` views of them: no copy, writable.
+
+    :arg allow_pickle: unpickle pickle placeholders; without it they are
+        refused with `FramingError`.  Only for trusted peers: unpickling runs
+        arbitrary code.
+    :raises FramingError: no frames, a header msgpack cannot parse, a
+        placeholder that does not match the frames (index out of range or used
+        twice, dtype not allowed, size mismatch), frames no placeholder names,
+        or a refused pickle.
+    """
+    if not frames:
+        raise FramingError("message has no frames (a comm message has at least its header frame)")
+    decoder = _Decoder(frames, allow_pickle)
+    try:
+        msg = decoder.unpack(frames[0])
+    except FramingError:
+        raise
+    except Exception as exc:
+        raise FramingError(f"cannot decode message: {type(exc).__name__}: {exc}") from exc
+    unused = decoder.used.count(False)
+    if unused:
+        raise FramingError(f"{unused} of the {len(frames) - 1} out-of-band frames are named by no placeholder")
+    return msg
+
+
+# -- the comm ---------------------------------------------------------------------
+
+
+class Comm:
+    """One established message connection.
+
+    Get one from `connect` or from a `listen` handler.  One `read` and any
+    number of `write` calls may run at a time.
+
+    :arg stream: the connected stream; the comm owns it.
+    :arg local_address: this end's address (``tcp://host:port``…).
+    :arg peer_address: the other end's address.
+    :arg allow_pickle: send objects msgpack cannot handle as pickles (only if
+        the peer allows them too) and unpickle received ones.  Only for
+        peers you trust: unpickling runs arbitrary code.
+    :arg allocator: where received frames land (see
+        `tornado_readinto.allocators`).
+    :arg max_frames: passed to `FramedStream`.
+    :arg max_frame_nbytes: passed to `FramedStream`.
+    :arg max_message_nbytes: passed to `FramedStream`.
+    :arg read_timeout: idle timeout of `read`, in seconds: a read during which
+        no byte arrives for this long (up to 1.5 times this long: it is
+        checked every half timeout, see `FramedStream`'s
+        ``read_idle_timeout``) aborts the comm and raises `CommTimeoutError`.
+        A large message that keeps arriving never times out.  ``None`` (the
+        default) waits forever.
+    :arg write_high_water_nbytes: `write` waits once more bytes than this are
+        queued (default `WRITE_HIGH_WATER_NBYTES`).
+    :arg out_of_band_min_nbytes: buffers this large travel as their own
+        frames (default `OUT_OF_BAND_MIN_NBYTES`).
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(
+        self,
+        stream: ReadIntoIOStream,
+        local_address: str,
+        peer_address: str,
+        *,
+        allow_pickle: bool = False,
+        allocator: Allocator | None = uninitialized_allocator,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
+        max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+        read_timeout: float | None = None,
+        write_high_water_nbytes: int = WRITE_HIGH_WATER_NBYTES,
+        out_of_band_min_nbytes: int = OUT_OF_BAND_MIN_NBYTES,
+    ) -> None:
+        self._stream = stream
+        self._framed = FramedStream(
+            stream,
+            allocator=allocator,
+            max_frames=max_frames,
+            max_frame_nbytes=max_frame_nbytes,
+            max_message_nbytes=max_message_nbytes,
+            read_idle_timeout=read_timeout,
+        )
+        self._local_address = local_address
+        self._peer_address = peer_address
+        self._allow_pickle = bool(allow_pickle)
+        self._send_pickles = False  # set by the handshake: both ends allow it
+        self._read_timeout = read_timeout
+        self._high_water = write_high_water_nbytes
+        self._oob_min_nbytes = out_of_band_min_nbytes
+        self._closed = False
+        #: The handshake dict the peer sent (``protocol``, ``version``,
+        #: ``allow_pickle``); empty before the handshake.
+        self.peer_info: dict[str, Any] = {}
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def local_address(self) -> str:
+        """This end's address, e.g. ``tcp://127.0.0.1:40123``."""
+        return self._local_address
+
+    @property
+    def peer_address(self) -> str:
+        """The other end's address, e.g. ``tcp://127.0.0.1:8786``."""
+        return self._peer_address
+
+    @property
+    def stream(self) -> ReadIntoIOStream:
+        """The underlying stream (do not read from or write to it)."""
+        return self._stream
+
+    def closed(self) -> bool:
+        """True once `close` or `abort` was called or the connection broke."""
+        return self._closed or self._stream.closed()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed() else "open"
+        return f"<{type(self).__name__} {state} local={self._local_address} peer={self._peer_address}>"
+
+    async def __aenter__(self) -> Comm:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    # -- I/O --------------------------------------------------------------------
+
+    def _broken(self, exc: BaseException, doing: str) -> NoReturn:
+        """Abort and raise `CommClosedError` for a low-level error ``exc``."""
+        self.abort()
+        raise CommClosedError(f"{doing} {self!r} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def read(self) -> Any:
+        """Receive one message.
+
+        Costs one Future and, for a small message already read ahead, no
+        syscall; large frames are received with ``recv_into`` straight into
+        their buffers, and buffers and numpy arrays of the message are views
+        of them (no copy).
+
+        Any error in the middle of a read (including cancellation and the
+        ``read_timeout``) aborts the comm: it cannot be trusted any more.
+
+        :raises CommClosedError: the comm is closed or the connection broke
+            (the cause is chained).
+        :raises CommTimeoutError: no byte arrived for ``read_timeout`` seconds.
+        :raises FramingError: the peer sent something that is not a valid
+            message (the comm is aborted).
+        :raises BufferBusyError: another read is in progress (this comm is
+            not affected).
+        """
+        if self._closed:
+            raise CommClosedError(f"read on closed {self!r}")
+        try:
+            frames = await self._framed.read_frames()
+        except BufferBusyError:
+            raise  # another read is in progress; this call changed nothing
+        except ReadTimeoutError as exc:
+            self.abort()
+            raise CommTimeoutError(
+                f"no data from {self._peer_address} for read_timeout={self._read_timeout} s; comm aborted ({exc})"
+            ) from exc
+        except StreamClosedError as exc:
+            if self._closed:
+                raise CommClosedError(f"read on closed {self!r}") from exc
+            if isinstance(exc.real_error, FramingError):
+                # The stream was closed by an earlier FramingError: report it.
+                self.abort()
+                raise exc.real_error from exc
+            self._broken(exc, "read from")
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            return decode_message(frames, allow_pickle=self._allow_pickle)
+        except BaseException:
+            self.abort()
+            raise
+
+    async def write(self, msg: Any) -> int:
+        """Send one message; return the bytes it takes on the wire (framing
+        header included).
+
+        The message is queued and as much as the socket takes is sent at
+        once; the call returns without waiting for the rest, unless more than
+        ``write_high_water_nbytes`` are then queued: then it waits until the
+        stream has sent everything queued (backpressure).  Buffers and numpy
+        arrays of ``msg`` at least ``out_of_band_min_nbytes`` long are sent by
+        reference: do not modify them until `flush` (or a later write that
+        waited) returns.
+
+        Costs one walk over ``msg`` and one msgpack pass (see
+        `encode_message`), one Future, and gather ``sendmsg`` calls.
+
+        :raises TypeError: ``msg`` holds an object that cannot be sent;
+            nothing was sent and the comm stays usable.
+        :raises CommClosedError: the comm is closed or the connection broke.
+            A write that fails (or is cancelled) after queuing aborts the comm.
+        """
+        if self.closed():
+            raise CommClosedError(f"write on closed {self!r}")
+        frames = encode_message(msg, allow_pickle=self._send_pickles, out_of_band_min_nbytes=self._oob_min_nbytes)
+        stream = self._stream
+        try:
+            future = self._framed.write_frames(frames)
+            # Wait only above the high-water mark (backpressure), or when the
+            # write broke the stream, so that its error surfaces here.
+            if stream.closed() or stream.write_buffer_nbytes > self._high_water:
+                await future
+        except StreamClosedError as exc:
+            self._broken(exc, "write to")
+        except BaseException:
+            self.abort()
+            raise
+        return 8 * (1 + len(frames)) + sum(_nbytes(f) for f in frames)
+
+    async def flush(self) -> None:
+        """Wait until everything written so far was handed to the kernel
+        (the caller's buffers are then free to change).
+
+        :raises CommClosedError: the comm is closed or the connection broke.
+        """
+        if self.closed():
+            raise CommClosedError(f"flush on closed {self!r}")
+        try:
+            await self._stream.write(b"")
+        except StreamClosedError as exc:
+            self._broken(exc, "flush of")
+        except BaseException:
+            self.abort()
+            raise
+
+    async def close(self) -> None:
+        """Send what is still queued, then close.  Idempotent.
+
+        Waits as long as the peer takes to accept the queued bytes; bound it
+        with ``asyncio.wait_for`` if needed (cancellation aborts the comm).
+        Errors while flushing are swallowed: the comm ends closed either way.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        stream = self._stream
+        try:
+            if not stream.closed() and stream.writing():
+                await stream.write(b"")
+        except StreamClosedError:
+            pass
+        finally:
+            stream.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is still queued.  Idempotent."""
+        self._closed = True
+        self._stream.close()
+
+    # -- handshake ----------------------------------------------------------------
+
+    async def _handshake(self, timeout: float) -> None:
+        """Exchange and check protocol handshakes (both ends write first, then
+        read, so neither waits for the other)."""
+        local = {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION, "allow_pickle": self._allow_pickle}
+        # A tight reader for the one handshake frame: an unknown peer cannot
+        # make us allocate more than HANDSHAKE_MAX_NBYTES.
+        reader = FrameReader(
+            bytearray,
+            max_frames=1,
+            max_frame_nbytes=HANDSHAKE_MAX_NBYTES,
+            max_message_nbytes=HANDSHAKE_MAX_NBYTES,
+        )
+        future = None
+        try:
+            self._framed.write_frames([_packb(local)])
+            future = self._stream.read_message(reader)
+            frames = await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError as exc:
+            self.abort()
+            if future is not None and future.cancelled():  # wait_for expired
+                raise CommTimeoutError(f"no handshake from {self._peer_address} within {timeout} s") from exc
+            self._broken(exc, "handshake with")
+        except FramingError as exc:
+            self.abort()
+            raise HandshakeError(f"{self._peer_address} does not speak {PROTOCOL_NAME}: {exc}") from exc
+        except StreamClosedError as exc:
+            if isinstance(exc.real_error, FramingError):  # (read ahead: see read())
+                self.abort()
+                raise HandshakeError(f"{self._peer_address} does not speak {PROTOCOL_NAME}: {exc.real_error}") from exc
+            self._broken(exc, "handshake with")
+        except BaseException:
+            self.abort()
+            raise
+        try:
+            if len(frames) != 1:
+                raise ValueError(f"{len(frames)} frames")
+            remote = msgpack.unpackb(frames[0], raw=False, strict_map_key=False)
+            if type(remote) is not dict:
+                raise ValueError(f"a {type(remote).__name__}, not a dict")
+        except Exception as exc:
+            self.abort()
+            raise HandshakeError(f"{self._peer_address} does not speak {PROTOCOL_NAME}: bad handshake ({exc})") from exc
+        protocol, version = remote.get("protocol"), remote.get("version")
+        if protocol != PROTOCOL_NAME or version != PROTOCOL_VERSION:
+            self.abort()
+            raise HandshakeError(
+                f"{self._peer_address} speaks protocol {protocol!r} version {version!r}, "
+                f"we speak {PROTOCOL_NAME!r} version {PROTOCOL_VERSION}"
+            )
+        self.peer_info = remote
+        self._send_pickles = self._allow_pickle and remote.get("allow_pickle") is True
+
+
+# -- connecting -------------------------------------------------------------------
+
+
+async def _resolve(host: str, port: int) -> list[tuple[socket.AddressFamily, Any]]:
+    """getaddrinfo for a stream socket; numeric hosts skip the thread pool."""
+    flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=flags)
+    except socket.gaierror:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    seen: list[tuple[socket.AddressFamily, Any]] = []
+    for family, _, _, _, sockaddr in infos:
+        if (family, sockaddr) not in seen:
+            seen.append((family, sockaddr))
+    return seen
+
+
+def _is_verification_error(exc: BaseException) -> bool:
+    real = getattr(exc, "real_error", None)
+    return isinstance(exc, ssl.SSLCertVerificationError) or isinstance(real, ssl.SSLCertVerificationError)
+
+
+async def _open_stream(
+    scheme: str,
+    loc: str,
+    address: str,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> ReadIntoIOStream:
+    """One connection attempt (TCP or Unix connect, then the TLS handshake).
+
+    Internal, shared with `tornado_readinto.dask_backend`.
+
+    :raises HandshakeError: the peer's TLS certificate was refused.
+    :raises OSError: (including ``StreamClosedError``) the attempt failed.
+    """
+    stream: ReadIntoIOStream
+    if scheme == "unix":
+        stream = ReadIntoIOStream(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        try:
+            await stream.connect(loc)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+    host, port = _parse_host_port(loc, address)
+    errors: list[BaseException] = []
+    for family, sockaddr in await _resolve(host, port):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            stream = SSLReadIntoIOStream(sock, ssl_options=ssl_context)
+        else:
+            stream = ReadIntoIOStream(sock)
+        try:
+            if isinstance(stream, SSLReadIntoIOStream):
+                await stream.connect(sockaddr, server_hostname=server_hostname or host)
+            else:
+                await stream.connect(sockaddr)
+        except (StreamClosedError, ssl.SSLError) as exc:
+            stream.close()
+            if _is_verification_error(exc):
+                real = getattr(exc, "real_error", None) or exc
+                raise HandshakeError(f"TLS handshake with {address} failed: {real}") from exc
+            errors.append(exc)
+            continue
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+    if not errors:
+        raise OSError(errno.EADDRNOTAVAIL, f"{host!r} resolves to no address")
+    last = errors[-1]
+    real = getattr(last, "real_error", None) or last
+    raise CommClosedError(f"cannot connect to {address}: {type(real).__name__}: {real}") from last
+
+
+async def _connect_once(
+    scheme: str,
+    loc: str,
+    address: str,
+    ssl_context: ssl.SSLContext | None,
+    server_hostname: str | None,
+    handshake_timeout: float,
+    comm_kwargs: dict[str, Any],
+) -> Comm:
+    stream = await _open_stream(scheme, loc, address, ssl_context=ssl_context, server_hostname=server_hostname)
+    try:
+        local = _sockaddr_str(scheme, stream.socket.getsockname())
+        peer = address if scheme == "unix" else _sockaddr_str(scheme, stream.socket.getpeername())
+        comm = Comm(stream, local, peer, **comm_kwargs)
+    except BaseException:
+        stream.close()
+        raise
+    await comm._handshake(handshake_timeout)  # aborts the comm on failure
+    return comm
+
+
+async def connect(
+    address: str,
+    *,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    **kwargs: Any,
+) -> Comm:
+    """Connect to ``address`` and return a `Comm` once both handshakes (TLS,
+    then the comm protocol) are done.
+
+    Failed attempts (refused, reset, unreachable, DNS errors, a peer that
+    does not answer) are retried with exponential backoff and full jitter
+    (10 ms doubling, at most 1 s per wait) until ``timeout`` seconds have
+    passed since the call.
+
+    :arg address: ``tcp://host:port``, ``tls://host:port`` or ``unix:///path``.
+    :arg timeout: seconds for the whole call, retries included.
+    :arg ssl_context: required for ``tls://`` (and refused otherwise), e.g.
+        ``ssl.create_default_context(cafile=…)``.  Its own settings apply:
+        with the default ``check_hostname=True`` the server's certificate must
+        match ``server_hostname``.
+    :arg server_hostname: the name to verify the TLS certificate against
+        (default: the host of ``address``).
+    :arg kwargs: passed to `Comm`: ``allow_pickle``, ``allocator``,
+        ``max_frames``, ``max_frame_nbytes``, ``max_message_nbytes``,
+        ``read_timeout``, ``write_high_water_nbytes``,
+        ``out_of_band_min_nbytes``.
+    :raises ValueError: a malformed address, or ``ssl_context`` missing for
+        ``tls://`` / given for another scheme.
+    :raises TypeError: an unknown keyword argument.
+    :raises CommTimeoutError: (a `CommClosedError` and a ``TimeoutError``) no
+        connection within ``timeout``; names the address and the timeout, the
+        last attempt's error is chained.
+    :raises HandshakeError: the server's certificate was refused, or it
+        speaks another protocol or version (not retried).
+    """
+    scheme, loc = parse_address(address)
+    if scheme == "tls" and ssl_context is None:
+        raise ValueError(f"connecting to {address} needs ssl_context=")
+    if scheme != "tls" and ssl_context is not None:
+        raise ValueError(f"ssl_context given for {address}; use a tls:// address")
+    if scheme != "unix":
+        _parse_host_port(loc, address)  # fail now on a malformed address
+    _check_comm_kwargs(kwargs)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    attempt = 0
+    last_exc: BaseException | None = None
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        try:
+            return await asyncio.wait_for(
+                _connect_once(scheme, loc, address, ssl_context, server_hostname, remaining, kwargs),
+                remaining,
+            )
+        except HandshakeError:
+            raise
+        except (OSError, asyncio.TimeoutError) as exc:
+            if last_exc is None or exc.args:  # a bare TimeoutError (wait_for) says less than an earlier error
+                last_exc = exc
+        attempt += 1
+        remaining = deadline - loop.time()
+        delay = random.uniform(0, min(_BACKOFF_MAX, _BACKOFF_BASE * 2**attempt, max(remaining, 0)))
+        logger.debug("connecting to %s failed (%r); retrying in %.3f s", address, last_exc, delay)
+        await asyncio.sleep(delay)
+    if last_exc is None or not str(last_exc):
+        cause = " (the last attempt did not finish in time)"
+    else:
+        cause = f" (last error: {type(last_exc).__name__}: {last_exc})"
+    raise CommTimeoutError(f"timed out connecting to {address} after {timeout} s{cause}") from last_exc
+
+
+_COMM_KWARGS: Final = frozenset(inspect.signature(Comm.__init__).parameters) - {
+    "self",
+    "stream",
+    "local_address",
+    "peer_address",
+}
+
+
+def _check_comm_kwargs(kwargs: dict[str, Any]) -> None:
+    unknown = sorted(set(kwargs) - _COMM_KWARGS)
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {unknown}; Comm takes {sorted(_COMM_KWARGS)}")
+
+
+# -- listening --------------------------------------------------------------------
+
+
+def _bind_tcp_sockets(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> list[socket.socket]:
+    """Bind and listen on ``host:port`` (all interfaces for ``""``); an
+    ephemeral port 0 that races with another bind is retried."""
+    attempts = 5
+    for attempt in range(attempts):
+        try:
+            return bind_sockets(port, address=host or None, backlog=backlog)
+        except OSError as exc:
+            # EADDRINUSE happens now and then with port 0 when tornado binds
+            # IPv4 and IPv6 to the same ephemeral port.
+            if port != 0 or exc.errno != errno.EADDRINUSE or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _remove_stale_unix_socket(path: str) -> None:
+    """Remove ``path`` if it is a socket nobody listens on.
+
+    :raises FileExistsError: ``path`` exists and is not a socket.
+    :raises OSError: (``EADDRINUSE``) a live server listens on ``path``.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise FileExistsError(errno.EEXIST, f"{path} exists and is not a socket; not replacing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)  # stale: left behind by a process that died
+        return
+    except FileNotFoundError:
+        return
+    except BlockingIOError:
+        pass  # a live server with a full backlog
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"a server is already listening on unix socket {path}")
+
+
+def _bind_unix_socket(path: str, backlog: int = LISTEN_BACKLOG) -> tuple[socket.socket, tuple[int, int]]:
+    """Bind and listen on a Unix socket at ``path``, mode 0o600 from the
+    start; return it with the file's ``(st_dev, st_ino)``.
+
+    The socket is bound inside a fresh private (0o700) directory next to
+    ``path``, made 0o600 there and hard-linked into place (no window in which
+    another user could connect, and an existing ``path`` is never
+    clobbered).  If that directory's path is too long for ``sun_path``, the
+    socket is bound at ``path`` and chmod-ed right away.
+    """
+    _remove_stale_unix_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        tmpdir = tempfile.mkdtemp(prefix=".trsock-", dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            tmp_path = os.path.join(tmpdir, "s")
+            if len(os.fsencode(tmp_path)) < _UNIX_PATH_MAX:
+                sock.bind(tmp_path)
+                os.chmod(tmp_path, 0o600)
+                try:
+                    os.link(tmp_path, path)
+                except FileExistsError:
+                    raise OSError(errno.EADDRINUSE, f"{path} appeared while binding") from None
+                except OSError:
+                    os.rename(tmp_path, path)  # a filesystem without hard links
+            else:
+                sock.bind(path)
+                os.chmod(path, 0o600)
+        finally:
+            try:
+                os.unlink(os.path.join(tmpdir, "s"))
+            except FileNotFoundError:
+                pass
+            os.rmdir(tmpdir)
+        sock.setblocking(False)
+        sock.listen(backlog)
+        st = os.stat(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, (st.st_dev, st.st_ino)
+
+
+class _StreamServer:
+    """Accepts connections on listening sockets, wraps each in a
+    `ReadIntoIOStream` (or, with ``ssl_context``, an `SSLReadIntoIOStream`
+    whose server-side handshake completes first), and runs
+    ``handle_stream(stream, address)`` in a task.
+
+    Internal, shared with `tornado_readinto.dask_backend`.
+    """
+
+    def __init__(
+        self,
+        handle_stream: Callable[[ReadIntoIOStream, Any], Awaitable[None]],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        nodelay: bool = True,
+    ) -> None:
+        self._handle_stream = handle_stream
+        self._ssl_context = ssl_context
+        self._tls_handshake_timeout = tls_handshake_timeout
+        self._nodelay = nodelay
+        self.sockets: list[socket.socket] = []
+        self._removers: list[Callable[[], None]] = []
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._handshaking: set[ReadIntoIOStream] = set()
+        self.stopped = False
+
+    def add_socket(self, sock: socket.socket) -> None:
+        self.sockets.append(sock)
+        self._removers.append(add_accept_handler(sock, self._on_accept))
+
+    def stop(self) -> None:
+        """Stop accepting, close the listening sockets and drop connections
+        still in their TLS handshake; running handlers go on."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for remove in self._removers:
+            remove()
+        for sock in self.sockets:
+            sock.close()
+        self._removers.clear()
+        for stream in list(self._handshaking):
+            stream.close()
+
+    def _on_accept(self, connection: socket.socket, address: Any) -> None:
+        if self.stopped:
+            connection.close()
+            return
+        stream: ReadIntoIOStream
+        try:
+            if self._nodelay and connection.family in (socket.AF_INET, socket.AF_INET6):
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl_context is not None:
+                tls = self._ssl_context.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+                stream = SSLReadIntoIOStream(tls, ssl_options=self._ssl_context)
+            else:
+                stream = ReadIntoIOStream(connection)
+        except OSError as exc:
+            logger.info("dropping connection from %r: %s", address, exc)
+            connection.close()
+            return
+        task = asyncio.ensure_future(self._serve(stream, address))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream: ReadIntoIOStream, address: Any) -> None:
+        if isinstance(stream, SSLReadIntoIOStream):
+            self._handshaking.add(stream)
+            try:
+                await asyncio.wait_for(stream.wait_for_handshake(), self._tls_handshake_timeout)
+            except (OSError, asyncio.TimeoutError) as exc:
+                real = getattr(exc, "real_error", None) or exc
+                logger.warning("TLS handshake with %r failed: %s: %s", address, type(real).__name__, real)
+                stream.close()
+                return
+            finally:
+                self._handshaking.discard(stream)
+        if self.stopped:
+            stream.close()
+            return
+        try:
+            await self._handle_stream(stream, address)
+        except Exception:
+            logger.exception("error handling connection from %r", address)
+            stream.close()
+
+
+class Listener:
+    """Accepts connections and runs a handler with a `Comm` for each.
+
+    Create it with `listen`.  The handler runs once the TLS and protocol
+    handshakes are done; it owns the comm (close it when done).  A
+    connection whose handshakes fail or time out is dropped and logged; the
+    handler never sees it.
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(
+        self,
+        address: str,
+        handler: Handler,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        backlog: int = LISTEN_BACKLOG,
+        **kwargs: Any,
+    ) -> None:
+        scheme, loc = parse_address(address)
+        if scheme == "tls" and ssl_context is None:
+            raise ValueError(f"listening on {address} needs ssl_context=")
+        if scheme != "tls" and ssl_context is not None:
+            raise ValueError(f"ssl_context given for {address}; use a tls:// address")
+        _check_comm_kwargs(kwargs)
+        self._scheme = scheme
+        self._loc = loc
+        self._address = address
+        self._handler = handler
+        self._handshake_timeout = handshake_timeout
+        self._backlog = backlog
+        self._comm_kwargs = kwargs
+        self._server = _StreamServer(self._on_stream, ssl_context=ssl_context, tls_handshake_timeout=handshake_timeout)
+        self._unix_id: tuple[int, int] | None = None
+        self._bound: Any = None
+        self._handshaking: set[Comm] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
+        if scheme != "unix":
+            self._host, self._port = _parse_host_port(loc, address, default_port=0)
+
+    async def _start(self) -> None:
+        if self._scheme == "unix":
+            sock, self._unix_id = _bind_unix_socket(self._loc, self._backlog)
+            self._server.add_socket(sock)
+            self._bound = self._loc
+            return
+        sockets = _bind_tcp_sockets(self._host, self._port, self._backlog)
+        for sock in sockets:
+            self._server.add_socket(sock)
+        # Prefer IPv4 when bound to both families (as dask does).
+        inet = [s for s in sockets if s.family == socket.AF_INET] or sockets
+        self._bound = inet[0].getsockname()[:2]
+
+    def stop(self) -> None:
+        """Stop listening: close the listening sockets (and remove the Unix
+        socket file, if it is still ours) and drop connections that are still
+        handshaking.  Established comms are not affected.  Idempotent."""
+        if self._server.stopped:
+            return
+        self._server.stop()
+        for comm in list(self._handshaking):
+            comm.abort()
+        if self._unix_id is not None:
+            try:
+                st = os.lstat(self._loc)
+                if (st.st_dev, st.st_ino) == self._unix_id:
+                    os.unlink(self._loc)
+            except OSError:
+                pass
+
+    @property
+    def listen_address(self) -> str:
+        """The bound address, e.g. ``tcp://0.0.0.0:40123`` (the actual port
+        when listening on port 0)."""
+        if self._scheme == "unix":
+            return f"unix://{self._loc}"
+        host, port = self._bound
+        return f"{self._scheme}://{_unparse_host_port(host, port)}"
+
+    @property
+    def contact_address(self) -> str:
+        """An address to connect to: `listen_address` with a wildcard host
+        (``0.0.0.0``, ``::``) replaced by loopback (``127.0.0.1``, ``::1``)."""
+        if self._scheme == "unix":
+            return self.listen_address
+        host, port = self._bound
+        if host == "0.0.0.0":
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"{self._scheme}://{_unparse_host_port(host, port)}"
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._server.stopped else "listening"
+        where = self.listen_address if self._bound is not None else self._address
+        return f"<{type(self).__name__} {state} {where}>"
+
+    async def __aenter__(self) -> Listener:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    async def _on_stream(self, stream: ReadIntoIOStream, address: Any) -> None:
+        scheme = self._scheme
+        peer = _sockaddr_str(scheme, address)
+        if stream.closed():
+            logger.info("dropping connection from %s: closed before its handshake", peer)
+            return
+        local = self.listen_address if scheme == "unix" else _sockaddr_str(scheme, stream.socket.getsockname())
+        comm = Comm(stream, local, peer, **self._comm_kwargs)
+        self._handshaking.add(comm)
+        try:
+            await comm._handshake(self._handshake_timeout)
+        except (OSError, FramingError) as exc:
+            logger.info("dropping connection from %s: %s", peer, exc)
+            return
+        finally:
+            self._handshaking.discard(comm)
+        if self._server.stopped:
+            comm.abort()
+            return
+        try:
+            result = self._handler(comm)
+            if inspect.isawaitable(result):
+                await result
+        except (CommClosedError, FramingError) as exc:
+            logger.info("handler for %r ended: %s: %s", comm, type(exc).__name__, exc)
+        except Exception:
+            logger.exception("handler for %r failed", comm)
+            comm.abort()
+
+
+async def listen(
+    address: str,
+    handler: Handler,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    **kwargs: Any,
+) -> Listener:
+    """Listen on ``address`` and call ``await handler(comm)`` for each
+    connection; return the `Listener`, already listening.
+
+    :arg address: ``tcp://host:port`` (port 0 or none: an ephemeral port;
+        empty host: all interfaces), ``tls://host:port`` or
+        ``unix:///path``.  A Unix socket file is created with mode 0o600;
+        a stale one (nobody listening) is replaced; it is removed on
+        `Listener.stop`.
+    :arg handler: a coroutine function (or plain function) taking the `Comm`.
+    :arg ssl_context: required for ``tls://`` (a server context with its
+        certificate loaded; set ``verify_mode=CERT_REQUIRED`` for mutual TLS).
+    :arg kwargs: ``handshake_timeout`` (seconds for the TLS and protocol
+        handshakes of each connection, default 10), ``backlog``, and the
+        `Comm` options (``allow_pickle``, ``allocator``, limits,
+        ``read_timeout``…) applied to every accepted comm.
+    :raises ValueError: a malformed address or ``ssl_context`` mismatch.
+    :raises OSError: the address cannot be bound (``EADDRINUSE``…).
+    """
+    listener = Listener(address, handler, ssl_context=ssl_context, **kwargs)
+    await listener._start()
+    return listener

@@ -1,0 +1,557 @@
+"""A dask.distributed comm backend over `FramedStream`: schemes ``readinto://``
+(TCP) and ``readinto-tls://`` (TLS).
+
+Registered through the ``distributed.comm.backends`` entry point group (see
+``setup.cfg``), so that::
+
+    LocalCluster(protocol="readinto://")
+    Scheduler(protocol="readinto-tls://", security=Security(...))
+
+work with no other change.  Only distributed's public comm API is used
+(``Backend``, ``Connector``, ``BaseListener``, ``Comm``, ``CommClosedError``,
+``to_frames``/``from_frames``, the address helpers); no private attribute of
+distributed or of its TCP comm.
+
+Wire format: each dask message is one framed message of
+`tornado_readinto.framing` whose frames are those of distributed's
+``protocol.dumps`` (msgpack header first, then the serialized buffers).
+This is *not* the byte stream of distributed's ``tcp://`` comm (which adds
+its own length prelude and joins small frames), so a ``readinto://`` peer
+only talks to ``readinto://`` peers; each frame is received into its own
+buffer (``uninitialized_allocator``: no memset), which the deserialized
+objects (numpy arrays…) then use without a copy.
+
+This module imports distributed; ``import tornado_readinto`` never does.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import ssl
+import sys
+import weakref
+from collections.abc import Awaitable, Generator
+from typing import Any, Callable, ClassVar, Final, NoReturn
+
+import dask
+from dask.utils import parse_timedelta
+from distributed.comm.addressing import parse_host_port, unparse_host_port
+from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector, FatalCommClosedError
+from distributed.comm.registry import Backend
+from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
+from distributed.utils import ensure_ip, get_ip
+from tornado.iostream import StreamClosedError
+
+from .allocators import uninitialized_allocator
+from .comm import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    WRITE_HIGH_WATER_NBYTES,
+    _bind_tcp_sockets,
+    _open_stream,
+    _StreamServer,
+)
+from .errors import FramingError, HandshakeError
+from .framed import FramedStream
+from .iostream import ReadIntoIOStream
+
+__all__ = [
+    "ReadIntoComm",
+    "ReadIntoTLSComm",
+    "ReadIntoTCPConnector",
+    "ReadIntoTLSConnector",
+    "ReadIntoTCPListener",
+    "ReadIntoTLSListener",
+    "ReadIntoTCPBackend",
+    "ReadIntoTLSBackend",
+    "convert_stream_closed_error",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``frame_split_size`` given to distributed's serializer over plain TCP: in
+#: effect "never split".  distributed's own TCP comm splits buffers into
+#: 64 MiB shards but receives a message into few buffers, so the shards of one
+#: buffer are adjacent and re-joined without a copy.  Here every frame is
+#: received into its own buffer, so shards would be re-joined by a copy, and
+#: plain sockets need no small frames (``sendmsg`` views are clipped to
+#: 16 MiB by the stream; distributed's compressor skips frames over 2 GiB).
+_NO_SPLIT = 1 << 62  # bytes
+
+#: The same over TLS: a TLS stream hands each queued frame to one
+#: ``SSLSocket.send``, and Python 3.9's ``ssl`` refuses buffers over
+#: ``INT_MAX`` bytes (distributed's TLS comm caps its shards the same way).
+_TLS_SPLIT = (1 << 31) - 1  # bytes
+
+
+def convert_stream_closed_error(obj: Any, exc: BaseException) -> NoReturn:
+    """Raise ``distributed.comm.CommClosedError`` for a low-level error: the
+    one place where this backend translates errors (the cause is chained).
+
+    A refused TLS certificate becomes ``FatalCommClosedError`` (distributed
+    does not retry it); a `FramingError` (garbled data from the peer) reads
+    "aborted stream on garbled data".
+    """
+    real = getattr(exc, "real_error", None)
+    if isinstance(exc, HandshakeError) or isinstance(real or exc, ssl.SSLCertVerificationError):
+        raise FatalCommClosedError(
+            f"in {obj}: TLS certificate verification failed ({real or exc}); check your security settings"
+        ) from exc
+    if isinstance(exc, FramingError) or isinstance(real, FramingError):
+        raise CommClosedError(f"in {obj}: aborted stream on garbled data: {real or exc}") from exc
+    if real is not None:
+        raise CommClosedError(f"in {obj}: {type(real).__name__}: {real}") from exc
+    raise CommClosedError(f"in {obj}: {type(exc).__name__}: {exc}") from exc
+
+
+def _set_tcp_keepalive(sock: socket.socket) -> None:
+    """Let the kernel notice a dead peer within ``distributed.comm.timeouts.tcp``
+    (30 s by default): keepalive probes on an idle connection, and
+    ``TCP_USER_TIMEOUT`` for unacknowledged data (Linux)."""
+    timeout = int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds"))
+    if timeout <= 0:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            # Half the budget idle, then 5 probes spread over the other half.
+            probes = 5
+            idle = max(1, timeout // 2)
+            interval = max(1, (timeout - idle) // probes)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
+        if sys.platform.startswith("linux"):
+            # socket.TCP_USER_TIMEOUT needs Python 3.12; the value is 18 since Linux 2.6.37.
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", 18), timeout * 1000)
+    except OSError as exc:
+        logger.debug("could not set TCP keepalive on %r: %s", sock, exc)
+
+
+def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
+    if not stream.closed():
+        logger.warning("closing dangling stream in %s", description)
+        stream.close()
+
+
+class ReadIntoComm(Comm):
+    """A ``distributed.comm.core.Comm`` over a `FramedStream`.
+
+    :arg stream: the connected stream; the comm owns it.
+    :arg local_addr: ``readinto://host:port`` of this end.
+    :arg peer_addr: ``readinto://host:port`` of the other end.
+    :arg deserialize: passed to distributed's ``from_frames``.
+
+    .. versionadded:: 0.1
+    """
+
+    #: See `_NO_SPLIT`.
+    frame_split_size: ClassVar[int] = _NO_SPLIT
+
+    def __init__(self, stream: ReadIntoIOStream, local_addr: str, peer_addr: str, deserialize: bool = True) -> None:
+        self._closed = False
+        # distributed.comm.core.connect() reads these two attributes.
+        self._local_addr = local_addr
+        self._peer_addr = peer_addr
+        self._stream = stream
+        super().__init__(deserialize=deserialize)
+        self._framed = FramedStream(stream, allocator=uninitialized_allocator)
+        self._extra: dict[str, Any] = {}
+        if stream.socket is not None and stream.socket.family in (socket.AF_INET, socket.AF_INET6):
+            stream.set_nodelay(True)
+            _set_tcp_keepalive(stream.socket)
+        self._read_extra()
+        self._finalizer = weakref.finalize(self, _close_dangling, stream, repr(self))
+        self._finalizer.atexit = False
+
+    def _read_extra(self) -> None:
+        pass
+
+    @property
+    def local_address(self) -> str:
+        return self._local_addr
+
+    @property
+    def peer_address(self) -> str:
+        return self._peer_addr
+
+    @property
+    def extra_info(self) -> dict[str, Any]:
+        return self._extra
+
+    def closed(self) -> bool:
+        return self._closed or self._stream.closed()
+
+    async def read(self, deserializers: Any = None) -> Any:
+        """Receive one message: one `FramedStream.read_frames` (frames land in
+        their own buffers), then distributed's ``from_frames``.
+
+        :raises CommClosedError: the comm is closed, the connection broke or
+            the peer sent garbled or truncated data (the comm is aborted).
+        """
+        if self._closed:
+            raise CommClosedError(f"read on closed {self!r}")
+        try:
+            frames = await self._framed.read_frames()
+        except (StreamClosedError, ssl.SSLError, FramingError) as exc:
+            self.abort()
+            convert_stream_closed_error(self, exc)
+        except BaseException:
+            # An OSError, a cancellation…: what was consumed of the message is
+            # unknown, so the stream cannot be trusted any more.
+            self.abort()
+            raise
+        try:
+            return await from_frames(
+                frames,
+                deserialize=self.deserialize,
+                deserializers=deserializers,
+                allow_offload=self.allow_offload,
+            )
+        except EOFError as exc:
+            # Frames garbled or truncated by the peer.
+            self.abort()
+            raise CommClosedError("aborted stream on truncated data") from exc
+
+    async def write(self, msg: Any, serializers: Any = None, on_error: str | None = "message") -> int:
+        """Send one message: distributed's ``to_frames``, then one
+        `FramedStream.write_frames` (a gather write, buffers by reference).
+
+        Returns without waiting for the bytes to be sent unless more than
+        `~tornado_readinto.comm.WRITE_HIGH_WATER_NBYTES` are queued; then it
+        waits for the queue to drain (backpressure).
+
+        :returns: the bytes of the message on the wire (header included).
+        :raises CommClosedError: the comm is closed or the connection broke.
+        """
+        if self.closed():
+            raise CommClosedError(f"write on closed {self!r}")
+        frames = await to_frames(
+            msg,
+            allow_offload=self.allow_offload,
+            serializers=serializers,
+            on_error=on_error,
+            context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
+            frame_split_size=self.frame_split_size,
+        )
+        nbytes = 8 * (1 + len(frames))
+        for frame in frames:
+            nbytes += len(frame) if type(frame) is bytes else memoryview(frame).nbytes
+        stream = self._stream
+        try:
+            future = self._framed.write_frames(frames)
+            # Wait only above the high-water mark (backpressure), or when the
+            # write broke the stream, so that its error surfaces here.
+            if stream.closed() or stream.write_buffer_nbytes > WRITE_HIGH_WATER_NBYTES:
+                await future
+        except StreamClosedError as exc:
+            self.abort()
+            convert_stream_closed_error(self, exc)
+        except BaseException:
+            # What was sent is unknown: the stream cannot be trusted any more.
+            self.abort()
+            raise
+        return nbytes
+
+    def close(self) -> Awaitable[None]:  # type: ignore[override]
+        """Send what is still queued, then close (idempotent).
+
+        Works like distributed's TCP comm ``close`` (a ``gen.coroutine``):
+        the comm is marked closed, and closed at once if nothing is queued,
+        even if the result is never awaited.
+        """
+        stream = self._stream
+        if self._closed or stream.closed() or not stream.writing():
+            self.abort()
+            return _ALREADY_DONE
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop to flush on (e.g. a finalizer at exit)
+            self.abort()
+            return _ALREADY_DONE
+        self._closed = True
+        return asyncio.ensure_future(self._flush_and_close(stream))
+
+    async def _flush_and_close(self, stream: ReadIntoIOStream) -> None:
+        try:
+            await stream.write(b"")
+        except StreamClosedError:
+            pass
+        finally:
+            self._finalizer.detach()
+            stream.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is still queued (idempotent)."""
+        self._closed = True
+        if not self._stream.closed():
+            self._finalizer.detach()
+            self._stream.close()
+
+
+class ReadIntoTLSComm(ReadIntoComm):
+    """`ReadIntoComm` over TLS; ``extra_info`` holds the peer's certificate
+    (``peercert``) and the ``cipher``."""
+
+    frame_split_size: ClassVar[int] = _TLS_SPLIT
+
+    def _read_extra(self) -> None:
+        sock: Any = self._stream.socket
+        if sock is not None and hasattr(sock, "getpeercert"):
+            self._extra.update(peercert=sock.getpeercert(), cipher=sock.cipher())
+
+
+class _Done:
+    """An awaitable that is already done (for `ReadIntoComm.close`)."""
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that returns at once
+
+
+_ALREADY_DONE: Final = _Done()
+
+
+def _expect_ssl_context(connection_args: dict[str, Any]) -> ssl.SSLContext:
+    ctx = connection_args.get("ssl_context")
+    if not isinstance(ctx, ssl.SSLContext):
+        raise TypeError(
+            f"readinto-tls:// needs an ssl_context argument of type ssl.SSLContext (check your TLS "
+            f"configuration, e.g. distributed.security.Security), got {ctx!r}"
+        )
+    return ctx
+
+
+class _EncryptionCheck:
+    prefix: ClassVar[str]
+    encrypted: ClassVar[bool]
+
+    def _check_encryption(self, address: str, connection_args: dict[str, Any]) -> None:
+        if not self.encrypted and connection_args.get("require_encryption"):
+            raise RuntimeError(
+                f"encryption required by Dask configuration, refusing communication from/to {self.prefix + address!r}"
+            )
+
+
+class ReadIntoTCPConnector(Connector, _EncryptionCheck):
+    """Connects to ``readinto://host:port``.
+
+    .. versionadded:: 0.1
+    """
+
+    prefix: ClassVar[str] = "readinto://"
+    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoComm
+    encrypted: ClassVar[bool] = False
+
+    def _ssl_args(self, connection_args: dict[str, Any]) -> tuple[ssl.SSLContext | None, str | None]:
+        return None, None
+
+    async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> ReadIntoComm:
+        """One connection attempt (distributed's ``connect`` retries).
+
+        :raises CommClosedError: the connection failed.
+        :raises FatalCommClosedError: the peer's TLS certificate was refused.
+        """
+        self._check_encryption(address, connection_args)
+        ip, port = parse_host_port(address)
+        ssl_context, server_hostname = self._ssl_args(connection_args)
+        scheme = "tcp" if ssl_context is None else "tls"
+        try:
+            stream = await _open_stream(
+                scheme,
+                unparse_host_port(ip, port),
+                self.prefix + address,
+                ssl_context=ssl_context,
+                server_hostname=server_hostname or ip,
+            )
+        except (OSError, ssl.SSLError) as exc:  # StreamClosedError, HandshakeError, ours
+            convert_stream_closed_error(self, exc)
+        try:
+            local_address = self.prefix + unparse_host_port(*stream.socket.getsockname()[:2])
+            return self.comm_class(stream, local_address, self.prefix + address, deserialize)
+        except OSError as exc:
+            stream.close()
+            convert_stream_closed_error(self, exc)
+
+
+class ReadIntoTLSConnector(ReadIntoTCPConnector):
+    """Connects to ``readinto-tls://host:port`` with the ``ssl_context`` of the
+    connection args (from ``Security.get_connection_args``).
+
+    .. versionadded:: 0.1
+    """
+
+    prefix: ClassVar[str] = "readinto-tls://"
+    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
+    encrypted: ClassVar[bool] = True
+
+    def _ssl_args(self, connection_args: dict[str, Any]) -> tuple[ssl.SSLContext | None, str | None]:
+        return _expect_ssl_context(connection_args), connection_args.get("server_hostname")
+
+
+class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
+    """Listens on ``readinto://host:port`` and hands each connection, after
+    distributed's handshake, to ``comm_handler``.
+
+    .. versionadded:: 0.1
+    """
+
+    prefix: ClassVar[str] = "readinto://"
+    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoComm
+    encrypted: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        address: str,
+        comm_handler: Callable[[Comm], Any],
+        deserialize: bool = True,
+        allow_offload: bool = True,
+        default_host: str | None = None,
+        default_port: int = 0,
+        **connection_args: Any,
+    ) -> None:
+        super().__init__()
+        self._check_encryption(address, connection_args)
+        self.ip, self.port = parse_host_port(address, default_port)
+        self.default_host = default_host
+        self.comm_handler = comm_handler
+        self.deserialize = deserialize
+        self.allow_offload = allow_offload
+        self._ssl_context = self._get_ssl_context(connection_args)
+        self._server: _StreamServer | None = None
+        self.bound_address: tuple[str, int] | None = None
+
+    def _get_ssl_context(self, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
+        return None
+
+    async def start(self) -> None:
+        """Bind (port 0: an ephemeral port) and start accepting."""
+        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+        server = _StreamServer(
+            self._handle_stream,
+            ssl_context=self._ssl_context,
+            tls_handshake_timeout=timeout or DEFAULT_HANDSHAKE_TIMEOUT,
+        )
+        backlog = int(dask.config.get("distributed.comm.socket-backlog"))
+        sockets = _bind_tcp_sockets(self.ip, self.port, backlog)
+        for sock in sockets:
+            server.add_socket(sock)
+        # Prefer IPv4 when bound to both families, as distributed does.
+        inet = [s for s in sockets if s.family == socket.AF_INET] or sockets
+        host, port = inet[0].getsockname()[:2]
+        self.bound_address = (host, port)
+        self._server = server
+
+    def stop(self) -> None:
+        """Stop accepting; established comms are not affected."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def get_host_port(self) -> tuple[str, int]:
+        """The bound ``(host, port)``.
+
+        :raises ValueError: the listener was not started.
+        """
+        if self.bound_address is None:
+            raise ValueError(f"invalid operation on non-started {type(self).__name__}")
+        return self.bound_address
+
+    @property
+    def listen_address(self) -> str:
+        return self.prefix + unparse_host_port(*self.get_host_port())
+
+    @property
+    def contact_address(self) -> str:
+        host, port = self.get_host_port()
+        host = ensure_concrete_host(host, default_host=self.default_host)
+        return self.prefix + unparse_host_port(host, port)
+
+    async def _handle_stream(self, stream: ReadIntoIOStream, address: Any) -> None:
+        if self._server is None:
+            # stopped after accepting: nobody would close this comm
+            stream.close()
+            return
+        peer = self.prefix + unparse_host_port(*address[:2])
+        try:
+            local = self.prefix + unparse_host_port(*stream.socket.getsockname()[:2])
+        except OSError:
+            stream.close()
+            return
+        comm = self.comm_class(stream, local, peer, self.deserialize)
+        comm.allow_offload = self.allow_offload
+        try:
+            await self.on_connection(comm)
+        except CommClosedError:
+            logger.info("connection from %s closed before handshake completed", peer)
+            return
+        result = self.comm_handler(comm)
+        if inspect.isawaitable(result):  # distributed's Server returns an awaitable
+            await result
+
+
+class ReadIntoTLSListener(ReadIntoTCPListener):
+    """Listens on ``readinto-tls://host:port`` with the ``ssl_context`` of the
+    listen args (from ``Security.get_listen_args``); the TLS handshake of each
+    connection completes before distributed's handshake.
+
+    .. versionadded:: 0.1
+    """
+
+    prefix: ClassVar[str] = "readinto-tls://"
+    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
+    encrypted: ClassVar[bool] = True
+
+    def _get_ssl_context(self, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
+        return _expect_ssl_context(connection_args)
+
+
+class _ReadIntoBackend(Backend):
+    _connector_class: ClassVar[type[ReadIntoTCPConnector]]
+    _listener_class: ClassVar[type[ReadIntoTCPListener]]
+
+    def get_connector(self) -> ReadIntoTCPConnector:
+        return self._connector_class()
+
+    def get_listener(
+        self, loc: str, handle_comm: Callable[[Comm], Any], deserialize: bool, **connection_args: Any
+    ) -> ReadIntoTCPListener:
+        return self._listener_class(loc, handle_comm, deserialize, **connection_args)
+
+    def get_address_host(self, loc: str) -> str:
+        return parse_host_port(loc)[0]
+
+    def get_address_host_port(self, loc: str) -> tuple[str, int]:
+        return parse_host_port(loc)
+
+    def resolve_address(self, loc: str) -> str:
+        host, port = parse_host_port(loc)
+        return unparse_host_port(ensure_ip(host), port)
+
+    def get_local_address_for(self, loc: str) -> str:
+        host, _ = parse_host_port(loc)
+        return unparse_host_port(get_ip(ensure_ip(host)), None)
+
+
+class ReadIntoTCPBackend(_ReadIntoBackend):
+    """The ``readinto`` scheme: plain TCP.
+
+    .. versionadded:: 0.1
+    """
+
+    _connector_class = ReadIntoTCPConnector
+    _listener_class = ReadIntoTCPListener
+
+
+class ReadIntoTLSBackend(_ReadIntoBackend):
+    """The ``readinto-tls`` scheme: TLS with distributed's ``Security`` contexts.
+
+    .. versionadded:: 0.1
+    """
+
+    _connector_class = ReadIntoTLSConnector
+    _listener_class = ReadIntoTLSListener
