@@ -6,6 +6,8 @@ import functools
 import hashlib
 import mmap
 import random
+import socket
+import threading
 import tracemalloc
 
 import numpy as np
@@ -625,3 +627,83 @@ def test_read_into_over_2gib_real_socket():
             client.close()
 
     run(main(), timeout=120)
+
+
+# -- busy polling and memory -------------------------------------------------------
+
+
+def test_busy_poll_spins_then_backs_off_when_nothing_comes():
+    """A pending read busy-polls before parking; a spin that finds nothing
+    makes the next parks skip spinning (1, then 3, ... reads)."""
+
+    async def main():
+        stream, sock = _fake_stream([], busy_poll_s=0.002)
+        try:
+            reading = stream.read_into(bytearray(10))  # nothing comes: spin, then park
+            spun = len(sock.recv_sizes)
+            assert spun > 3  # polled repeatedly for ~2 ms
+            assert stream._spin_skip == 1
+            sock.script.append(b"0123456789")
+            assert await _drive(reading, sock) == 10
+            before = len(sock.recv_sizes)
+            reading = stream.read_into(bytearray(10))  # parks without spinning (skip 1)
+            assert len(sock.recv_sizes) - before <= 1
+            assert stream._spin_skip == 0
+            sock.script.append(b"abcdefghij")
+            assert await _drive(reading, sock) == 10
+            before = len(sock.recv_sizes)
+            reading = stream.read_into(bytearray(10))  # spins again, fails: skip 3 now
+            assert len(sock.recv_sizes) - before > 3 and stream._spin_skip == 3
+            reading.cancel()
+        finally:
+            stream.close()
+
+    run(main())
+
+
+def test_busy_poll_finds_data_that_arrives_during_the_spin():
+    """With a peer that answers at once, the read completes inside the spin:
+    the Future is done when read_into returns, no event-loop round trip."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0.05)
+        try:
+            # the answer arrives 5 ms later, from another thread
+            threading.Timer(0.005, lambda: client.socket.send(b"pong")).start()
+            fut = server.read_into(bytearray(4))
+            assert fut.done() and fut.result() == 4
+            assert server._spin_backoff == 0
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_busy_poll_zero_never_spins_and_negative_is_rejected():
+    async def main():
+        stream, sock = _fake_stream([], busy_poll_s=0)
+        try:
+            stream.read_into(bytearray(10)).cancel()
+            assert len(sock.recv_sizes) == 1  # one attempt, then park
+        finally:
+            stream.close()
+        with pytest.raises(ValueError, match="busy_poll_s"):
+            ReadIntoIOStream(socket.socket(), busy_poll_s=-1)
+
+    run(main())
+
+
+def test_close_releases_read_ahead_buffer():
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        await client.write(b"abc")
+        assert await server.read_bytes(1) == b"a"
+        assert server._ra is not None
+        client.close()
+        server.close()
+        assert server._ra is not None  # 2 bytes still buffered: readable after close
+        assert await server.read_bytes(2) == b"bc"
+        assert server._ra is None  # drained after close: memory given back
+
+    run(main())

@@ -25,6 +25,13 @@ Strategy:
 * READ interest stays registered while the read-ahead buffer has room, so a
   busy stream does not drop and re-add it (an ``epoll_ctl`` pair) between
   consecutive reads as stock Tornado does whenever bytes are left over.
+* Before a pending read parks on the selector it may busy-poll the socket for
+  up to `DEFAULT_BUSY_POLL_S`: in a request/response exchange the answer often
+  arrives within tens of microseconds, and parking (then waking a halted CPU)
+  costs more than that.  The spin is adaptive: after a spin that found nothing
+  the stream skips spinning for exponentially more reads (up to
+  `_MAX_SPIN_BACKOFF`), so idle or slow connections do not burn CPU or hold up
+  the event loop.  ``busy_poll_s=0`` turns it off.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -36,6 +43,7 @@ import os
 import socket
 import ssl
 from collections.abc import Iterable
+from time import perf_counter
 from typing import Any, Union
 
 from tornado import ioloop
@@ -64,6 +72,16 @@ __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES"]
 #: read-ahead buffer (one syscall can then also bring the next message).
 #: 16 KiB = one TLS record, and a quarter of the 64 KiB default read chunk.
 DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
+
+#: How long a pending read may busy-poll the socket before parking on the
+#: selector.  50 us covers a loopback request/response turnaround on the
+#: development machine (a Firecracker VM, where waking a parked process
+#: costs about as much); see README "Performance" for the measurements.
+DEFAULT_BUSY_POLL_S = 50e-6  # seconds
+
+#: After a spin that found no data, skip spinning for 1, 3, 7, ... up to this
+#: many reads that park (a spin that finds data resets it).
+_MAX_SPIN_BACKOFF = 255
 
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
@@ -153,7 +171,15 @@ class ReadIntoIOStream(IOStream):
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
 
-    def __init__(self, socket: socket.socket, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, socket: socket.socket, *args: Any, busy_poll_s: float = DEFAULT_BUSY_POLL_S, **kwargs: Any
+    ) -> None:
+        if not busy_poll_s >= 0:
+            raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
+        #: Longest busy-poll before a pending read parks (0: never spin).
+        self.busy_poll_s = busy_poll_s
+        self._spin_backoff = 0  # reads to skip spinning after a failed spin
+        self._spin_skip = 0
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -403,7 +429,33 @@ class ReadIntoIOStream(IOStream):
 
     def _read_to_buffer_loop(self) -> int | None:
         """Receive until the pending read can be satisfied, the socket has no
-        more data, or the stream closes; return the read position or None."""
+        more data, or the stream closes; return the read position or None
+        (the read then parks on the selector).  Busy-polls first, see
+        `DEFAULT_BUSY_POLL_S`."""
+        pos = self._receive_now()
+        if pos is None and self.busy_poll_s and self._read_future is not None and not self._closed:
+            if self._spin_skip:
+                self._spin_skip -= 1
+            else:
+                pos = self._busy_poll()
+        return pos
+
+    def _busy_poll(self) -> int | None:
+        deadline = perf_counter() + self.busy_poll_s
+        while True:
+            self._readable_hint = True
+            pos = self._receive_now()
+            if pos is not None or self._closed or self._read_future is None:
+                self._spin_backoff = 0
+                return pos
+            if perf_counter() >= deadline:
+                # Nothing came: spin less from now on.
+                self._spin_backoff = min(2 * self._spin_backoff + 1, _MAX_SPIN_BACKOFF)
+                self._spin_skip = self._spin_backoff
+                return None
+
+    def _receive_now(self) -> int | None:
+        """Receive what the socket has now for the pending read."""
         if not self._readable_hint and self._short_read_drains and (self._state or 0) & _READ:
             # The last recv proved the socket empty and READ is registered:
             # the (level-triggered) selector will report new data, so skip a
@@ -552,11 +604,14 @@ class ReadIntoIOStream(IOStream):
             return
         self._ra_start = 0
         ra = self._ra
-        if ra is not None and len(ra) > _SHRINK_FACTOR * self.read_chunk_size:
-            # Grown for one big read: give the memory back.
-            assert self._ra_view is not None
+        if ra is not None and (self._closed or len(ra) > _SHRINK_FACTOR * self.read_chunk_size):
+            # Closed, or grown for one big read: give the memory back.
+            self._release_read_ahead()
+
+    def _release_read_ahead(self) -> None:
+        if self._ra_view is not None:
             self._ra_view.release()
-            self._ra = self._ra_view = None
+        self._ra = self._ra_view = None
 
     def _consume(self, loc: int) -> bytes:
         if loc == 0:
@@ -657,6 +712,8 @@ class ReadIntoIOStream(IOStream):
             self._read_target.release()
             self._read_target = None
             self._user_read_buffer = False
+        if not self._read_buffer_size:
+            self._release_read_ahead()  # nothing left to read: free it now
         if self._write_buffer is not None:
             # Release our views of the caller's buffers now (Tornado 6.5 just
             # drops the buffer and leaves that to the garbage collector).
