@@ -46,9 +46,11 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("stock-read_into", _T + "StockReadInto", "stock IOStream, frames read_into a fresh bytearray"),
         ImplSpec("stock-read_into-reuse", _T + "StockReadIntoReuse", "stock IOStream, read_into reused buffers"),
         ImplSpec("readinto", _T + "ReadInto", "ReadIntoIOStream, read_into reused buffers; writelines"),
+        ImplSpec("readinto-nospin", _T + "ReadIntoNoSpin", "readinto with busy_poll_s=0 (park at once, as stock)"),
         ImplSpec("framed-bytearray", _T + "FramedBytearray", "FramedStream, bytearray_allocator", requires=_FRAMED),
         ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
         ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
+        ImplSpec("framed-pool-nospin", _T + "FramedPoolNoSpin", "framed-pool with busy_poll_s=0", requires=_FRAMED),
         ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly; write + drain"),
         ImplSpec("asyncio-protocol", _A + "AsyncioProtocol", "asyncio BufferedProtocol, echo from the callback"),
         ImplSpec("uvloop-streams", _A + "AsyncioStreams", "asyncio streams on uvloop", "uvloop", ("uvloop",)),
@@ -75,7 +77,7 @@ IMPLS: dict[str, ImplSpec] = {
 
 #: ``--impl`` default: the stock baseline, stock's own read_into, ours, and the
 #: practical limit.
-DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "threads")
+DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "readinto-nospin", "threads")
 
 
 def availability(spec: ImplSpec) -> str | None:

@@ -25,13 +25,14 @@ MAX_BUFFER_NBYTES = 1 << 40
 
 class _TornadoConn(AsyncConn):
     stream_class: ClassVar[type[IOStream]] = IOStream
+    stream_kwargs: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, stream: IOStream) -> None:
         self.stream = stream
 
     @classmethod
     async def from_socket(cls, sock: socket.socket) -> AsyncConn:
-        return cls(cls.stream_class(sock, max_buffer_size=MAX_BUFFER_NBYTES))
+        return cls(cls.stream_class(sock, max_buffer_size=MAX_BUFFER_NBYTES, **cls.stream_kwargs))
 
     def close(self) -> None:
         self.stream.close()
@@ -118,6 +119,13 @@ class ReadInto(_TornadoConn):
         await self.stream.writelines([pack_header(frames), *frames])  # type: ignore[attr-defined]
 
 
+class ReadIntoNoSpin(ReadInto):
+    """`ReadInto` with busy-polling off (``busy_poll_s=0``): every read that
+    finds no data parks on the selector at once, as stock does."""
+
+    stream_kwargs = {"busy_poll_s": 0}
+
+
 class _Framed(_TornadoConn):
     """`FramedStream` over a `ReadIntoIOStream`; subclasses pick the allocator."""
 
@@ -168,3 +176,9 @@ class FramedPool(_Framed):
 
     def release(self, frames: Sequence[Buffer]) -> None:
         self.allocator.release_all(frames)
+
+
+class FramedPoolNoSpin(FramedPool):
+    """`FramedPool` with busy-polling off (``busy_poll_s=0``)."""
+
+    stream_kwargs = {"busy_poll_s": 0}
