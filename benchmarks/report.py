@@ -301,9 +301,11 @@ def plot(results: Sequence[Result], path: str, metric: str = "mib_per_s") -> Non
             ax.set_xlabel("message size (payload)")
             ax.grid(axis="y", alpha=0.3)
     if impls:
-        axes[0][0].legend(fontsize="small")
+        # one legend for all panels, to the right of them, covering no bars
+        handles, names = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
     else:
         axes[0][0].text(0.5, 0.5, "no results", ha="center", va="center")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -634,27 +634,48 @@ def test_read_into_over_2gib_real_socket():
 
 def test_busy_poll_spins_then_backs_off_when_nothing_comes():
     """A pending read busy-polls before parking; a spin that finds nothing
-    makes the next parks skip spinning (1, then 3, ... reads)."""
+    makes the next parks skip spinning (1, then 3, ... reads) while the data
+    keeps coming late (more than 10 budgets after the read parked)."""
+
+    async def late(reading, sock, data):
+        await asyncio.sleep(0.03)  # > 10 x busy_poll_s: no re-arm
+        sock.script.append(data)
+        return await _drive(reading, sock)
 
     async def main():
         stream, sock = _fake_stream([], busy_poll_s=0.002)
         try:
             reading = stream.read_into(bytearray(10))  # nothing comes: spin, then park
-            spun = len(sock.recv_sizes)
-            assert spun > 3  # polled repeatedly for ~2 ms
+            assert len(sock.recv_sizes) > 3  # polled repeatedly for ~2 ms
             assert stream._spin_skip == 1
-            sock.script.append(b"0123456789")
-            assert await _drive(reading, sock) == 10
+            assert await late(reading, sock, b"0123456789") == 10
             before = len(sock.recv_sizes)
             reading = stream.read_into(bytearray(10))  # parks without spinning (skip 1)
             assert len(sock.recv_sizes) - before <= 1
             assert stream._spin_skip == 0
-            sock.script.append(b"abcdefghij")
-            assert await _drive(reading, sock) == 10
+            assert await late(reading, sock, b"abcdefghij") == 10
             before = len(sock.recv_sizes)
             reading = stream.read_into(bytearray(10))  # spins again, fails: skip 3 now
             assert len(sock.recv_sizes) - before > 3 and stream._spin_skip == 3
             reading.cancel()
+        finally:
+            stream.close()
+
+    run(main())
+
+
+def test_busy_poll_rearms_when_data_comes_soon_after_parking():
+    """Two backed-off peers would stay slow; a parked read whose data arrives
+    within 10 budgets re-arms spinning."""
+
+    async def main():
+        stream, sock = _fake_stream([], busy_poll_s=0.01)
+        try:
+            reading = stream.read_into(bytearray(4))  # spin fails: backed off
+            assert stream._spin_backoff == 1 and stream._spin_skip == 1
+            sock.script.append(b"data")
+            assert await _drive(reading, sock) == 4  # came ~5 ms after parking
+            assert stream._spin_backoff == 0 and stream._spin_skip == 0
         finally:
             stream.close()
 

@@ -31,7 +31,8 @@ Strategy:
   costs more than that.  The spin is adaptive: after a spin that found nothing
   the stream skips spinning for exponentially more reads (up to
   `_MAX_SPIN_BACKOFF`), so idle or slow connections do not burn CPU or hold up
-  the event loop.  ``busy_poll_s=0`` turns it off.
+  the event loop; a parked read whose data then came within `_REARM_FACTOR`
+  budgets re-arms it.  ``busy_poll_s=0`` turns it off.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -82,6 +83,12 @@ DEFAULT_BUSY_POLL_S = 50e-6  # seconds
 #: After a spin that found no data, skip spinning for 1, 3, 7, ... up to this
 #: many reads that park (a spin that finds data resets it).
 _MAX_SPIN_BACKOFF = 255
+
+#: A parked read whose data arrives within this many busy-poll budgets
+#: (500 us by default) re-arms spinning: the peer answers fast, so both ends
+#: spinning keeps the exchange off the slow park/wake path.  Idle connections
+#: wait far longer and stay backed off.
+_REARM_FACTOR = 10
 
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
@@ -180,6 +187,7 @@ class ReadIntoIOStream(IOStream):
         self.busy_poll_s = busy_poll_s
         self._spin_backoff = 0  # reads to skip spinning after a failed spin
         self._spin_skip = 0
+        self._parked_at = 0.0  # when the pending read last parked (perf_counter)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -438,6 +446,8 @@ class ReadIntoIOStream(IOStream):
                 self._spin_skip -= 1
             else:
                 pos = self._busy_poll()
+            if pos is None:
+                self._parked_at = perf_counter()  # see _handle_events
         return pos
 
     def _busy_poll(self) -> int | None:
@@ -832,7 +842,15 @@ class ReadIntoIOStream(IOStream):
                 return
             if events & _READ:
                 self._readable_hint = True
+                parked_at, self._parked_at = self._parked_at, 0.0
+                received = self.nbytes_received
                 self._handle_read()
+                if parked_at and self.nbytes_received > received:
+                    # Data came soon after the read parked: a request/response
+                    # exchange, where spinning pays once both ends do it.
+                    # Re-arm at once (else two backed-off peers stay slow).
+                    if perf_counter() - parked_at < _REARM_FACTOR * self.busy_poll_s:
+                        self._spin_backoff = self._spin_skip = 0
             if self.closed():
                 return
             if events & _WRITE:
