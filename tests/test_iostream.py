@@ -665,12 +665,13 @@ def test_busy_poll_spins_then_backs_off_when_nothing_comes():
 
 
 def test_busy_poll_rearms_when_data_comes_soon_after_parking():
-    """Two backed-off peers would stay slow; a parked read whose data arrives
-    within 10 budgets re-arms spinning."""
+    """Two backed-off peers would stay slow; on a stream where spinning has
+    worked, a parked read whose data arrives within 10 budgets re-arms it."""
 
     async def main():
         stream, sock = _fake_stream([], busy_poll_s=0.01)
         try:
+            stream._spin_hits = 1  # spinning has worked on this stream before
             reading = stream.read_into(bytearray(4))  # spin fails: backed off
             assert stream._spin_backoff == 1 and stream._spin_skip == 1
             sock.script.append(b"data")

@@ -31,8 +31,8 @@ Strategy:
   costs more than that.  The spin is adaptive: after a spin that found nothing
   the stream skips spinning for exponentially more reads (up to
   `_MAX_SPIN_BACKOFF`), so idle or slow connections do not burn CPU or hold up
-  the event loop; a parked read whose data then came within `_REARM_FACTOR`
-  budgets re-arms it.  ``busy_poll_s=0`` turns it off.
+  the event loop; on a stream where spinning has worked, a parked read whose
+  data then came within `_REARM_FACTOR` budgets re-arms it.  ``busy_poll_s=0`` turns it off.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -85,9 +85,10 @@ DEFAULT_BUSY_POLL_S = 50e-6  # seconds
 _MAX_SPIN_BACKOFF = 255
 
 #: A parked read whose data arrives within this many busy-poll budgets
-#: (500 us by default) re-arms spinning: the peer answers fast, so both ends
-#: spinning keeps the exchange off the slow park/wake path.  Idle connections
-#: wait far longer and stay backed off.
+#: (500 us by default) re-arms spinning, if spinning has found data on this
+#: stream before: the peer answers fast, so both ends spinning keeps the
+#: exchange off the slow park/wake path.  Idle connections wait far longer
+#: and stay backed off.
 _REARM_FACTOR = 10
 
 #: The read-ahead buffer is released when it is empty and has grown past this
@@ -187,6 +188,7 @@ class ReadIntoIOStream(IOStream):
         self.busy_poll_s = busy_poll_s
         self._spin_backoff = 0  # reads to skip spinning after a failed spin
         self._spin_skip = 0
+        self._spin_hits = 0  # spins that found data on this stream
         self._parked_at = 0.0  # when the pending read last parked (perf_counter)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
@@ -457,6 +459,7 @@ class ReadIntoIOStream(IOStream):
             pos = self._receive_now()
             if pos is not None or self._closed or self._read_future is None:
                 self._spin_backoff = 0
+                self._spin_hits += 1
                 return pos
             if perf_counter() >= deadline:
                 # Nothing came: spin less from now on.
@@ -845,10 +848,13 @@ class ReadIntoIOStream(IOStream):
                 parked_at, self._parked_at = self._parked_at, 0.0
                 received = self.nbytes_received
                 self._handle_read()
-                if parked_at and self.nbytes_received > received:
-                    # Data came soon after the read parked: a request/response
-                    # exchange, where spinning pays once both ends do it.
-                    # Re-arm at once (else two backed-off peers stay slow).
+                if parked_at and self._spin_hits and self.nbytes_received > received:
+                    # Data came soon after the read parked, on a stream where
+                    # spinning has worked: a request/response exchange with
+                    # a peer in another process.  Re-arm at once, else two
+                    # backed-off peers stay on the slow park/wake path.  (A
+                    # peer on the same event loop cannot answer during a
+                    # spin: there spins never hit, and nothing re-arms.)
                     if perf_counter() - parked_at < _REARM_FACTOR * self.busy_poll_s:
                         self._spin_backoff = self._spin_skip = 0
             if self.closed():
