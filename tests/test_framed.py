@@ -106,24 +106,18 @@ def test_framed_small_message_costs_one_recv():
     buffer: one recv for header and frames, no EAGAIN recv."""
 
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
         a, b = FramedStream(server), FramedStream(client)
         try:
             message = [b"h" * 30, b"p" * 100]
             for _ in range(20):
                 await b.write_frames(message)
                 await asyncio.sleep(0.002)
-                rec["sock"].reset()
+                server.socket.reset()
                 fut = a.read_frames()
                 assert fut.done()  # completed inline: no event-loop round trip
                 assert [bytes(f) for f in fut.result()] == message
-                assert len(rec["sock"].recvs) == 1
+                assert len(server.socket.recvs) == 1
         finally:
             server.close()
             client.close()
@@ -136,18 +130,14 @@ def test_framed_large_frames_land_in_allocator_buffers():
     allocator returned (recv targets lie inside them)."""
 
     async def main():
-        rec, buffers = {}, []
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
+        buffers = []
 
         def allocator(nbytes):
             buf = np.empty(nbytes, dtype=np.uint8)
             buffers.append(buf)
             return buf
 
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
         a, b = FramedStream(server, allocator=allocator), FramedStream(client)
         try:
             frames = [random.Random(i).randbytes(3 * 1024 * 1024) for i in range(3)]
@@ -157,7 +147,7 @@ def test_framed_large_frames_land_in_allocator_buffers():
             assert [bytes(f) for f in got] == frames
             ranges = [(buffer_address(x), buffer_address(x) + x.nbytes) for x in buffers]
             direct = sum(
-                r.received or 0 for r in rec["sock"].recvs if any(lo <= r.address < hi for lo, hi in ranges)
+                r.received or 0 for r in server.socket.recvs if any(lo <= r.address < hi for lo, hi in ranges)
             )
             # All went direct but the read-ahead recvs (64 KiB at most each):
             # one for the header, and one per frame whose last bytes were
@@ -173,21 +163,15 @@ def test_framed_large_frames_land_in_allocator_buffers():
 
 def test_framed_writes_header_and_8_frames_in_one_sendmsg():
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
         writer, reader = FramedStream(server), FramedStream(client)
         try:
             frames = [bytes([i]) * 20_000 for i in range(8)]  # referenced, not copied
-            rec["sock"].reset()
+            server.socket.reset()
             fut = writer.write_frames(frames)
             assert fut.done()  # the socket had room: sent inline
-            assert rec["sock"].sends == [8 + 8 * 8 + 8 * 20_000]
-            assert rec["sock"].sendmsg_buffers == [9]  # header + 8 frames, one syscall
+            assert server.socket.sends == [8 + 8 * 8 + 8 * 20_000]
+            assert server.socket.sendmsg_buffers == [9]  # header + 8 frames, one syscall
             got = await reader.read_frames()
             assert [bytes(f) for f in got] == frames
         finally:

@@ -156,19 +156,13 @@ def test_read_into_readonly_buffer_raises_typeerror_before_reading():
 
 def test_read_into_zero_length_completes_at_once_without_recv():
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
         try:
             fut = server.read_into(bytearray(0))
             assert fut.done() and fut.result() == 0
             fut = server.read_into(np.empty((0, 3)))
             assert fut.done() and fut.result() == 0
-            assert rec["sock"].recvs == []
+            assert server.socket.recvs == []
         finally:
             server.close()
             client.close()
@@ -344,14 +338,8 @@ def test_large_read_into_lands_in_caller_buffer_zero_copy():
     copied."""
 
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
-        sock = rec["sock"]
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        sock = server.socket
         try:
             nbytes = 8 * 1024 * 1024
             payload = random.Random(5).randbytes(nbytes)
@@ -385,14 +373,8 @@ def test_small_message_costs_one_recv_and_no_allocation():
     and no per-read buffer allocation."""
 
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
-        sock = rec["sock"]
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        sock = server.socket
         try:
             header, body = bytearray(8), bytearray(100)
             msg = (100).to_bytes(8, "little") + bytes(range(100))
@@ -464,20 +446,14 @@ def test_read_bytes_large_uses_few_recvs():
     a 64 KiB recv per chunk)."""
 
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap)
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
         try:
             nbytes = 16 * 1024 * 1024
             payload = random.Random(9).randbytes(nbytes)
             reading = server.read_bytes(nbytes)
             await client.write(payload)
             assert await reading == payload
-            data_recvs = [r for r in rec["sock"].recvs if r.received]
+            data_recvs = [r for r in server.socket.recvs if r.received]
             assert max(r.requested for r in data_recvs) > 1024 * 1024
             assert server._ra is None  # the grown buffer was given back
         finally:

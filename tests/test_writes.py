@@ -20,18 +20,10 @@ from tornado_readinto.writebuffer import ChunkedWriteBuffer
 from .conftest import run
 
 
-def _recording_pair(**kwargs):
-    rec = {}
-
-    def wrap(sock):
-        rec["sock"] = RecordingSocket(sock)
-        return rec["sock"]
-
-    async def make():
-        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=wrap, **kwargs)
-        return server, client, rec["sock"]
-
-    return make()
+async def _recording_pair(**kwargs):
+    """A stream pair whose server socket is a `RecordingSocket`."""
+    server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, **kwargs)
+    return server, client, server.socket
 
 
 def test_writelines_header_and_8_frames_is_one_sendmsg_one_future():
@@ -65,17 +57,11 @@ def test_stock_write_per_frame_costs_one_send_each():
     """The stock baseline we compare against: one send() per queued chunk."""
 
     async def main():
-        rec = {}
-
-        def wrap(sock):
-            rec["sock"] = RecordingSocket(sock)
-            return rec["sock"]
-
-        server, client = await stream_pair(IOStream, wrap_socket=wrap)
+        server, client = await stream_pair(IOStream, wrap_socket=RecordingSocket)
         try:
             for i in range(9):
                 server.write(bytes([i]) * 3000)
-            assert len(rec["sock"].sends) == 9
+            assert len(server.socket.sends) == 9
             await client.read_bytes(9 * 3000)
         finally:
             server.close()

@@ -217,3 +217,64 @@ async def _pipelined(conn: AsyncConn, ring: MessageRing, recorder: Recorder, seq
             raise task.exception() from exc  # type: ignore[misc]
         task.cancel()
         raise
+
+
+class SelfListeningConn(AsyncConn):
+    """A connection of a comm library that makes its own sockets
+    (``tornado_readinto.comm``, ``distributed.comm``).
+
+    The server closes the listener the harness bound and listens again on the
+    same port; the client's connect retries until it is up.  Subclasses
+    implement `listen_on`, `connect_to`, `send` and `recv`.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+
+    @classmethod
+    async def from_socket(cls, sock: socket.socket) -> AsyncConn:  # pragma: no cover - the comm owns sockets
+        raise NotImplementedError(f"{cls.__name__} makes its own sockets")
+
+    @classmethod
+    async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
+        """Listen on 127.0.0.1:``port``; return a function that stops listening."""
+        raise NotImplementedError
+
+    @classmethod
+    async def connect_to(cls, port: int) -> Any:
+        """A connected comm to 127.0.0.1:``port``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.comm.abort()
+
+    @classmethod
+    def run_server(cls, listener: socket.socket, loop_name: str, nclients: int, timeout_s: float) -> int:
+        port = listener.getsockname()[1]
+        listener.close()
+        return run_loop(loop_name, lambda: cls._serve(port, nclients), timeout_s)
+
+    @classmethod
+    async def _serve(cls, port: int, nclients: int) -> int:
+        done: asyncio.Queue[int] = asyncio.Queue()
+
+        async def handler(comm: Any) -> None:
+            await done.put(await echo_loop(cls(comm)))
+
+        stop = await cls.listen_on(port, handler)
+        try:
+            return sum([await done.get() for _ in range(nclients)])
+        finally:
+            stop()
+
+    @classmethod
+    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
+        async def main() -> list[ConnStats]:
+            conns = [cls(await cls.connect_to(port)) for _ in range(plan.clients)]
+            try:
+                return list(await asyncio.gather(*(drive(conn, plan) for conn in conns)))
+            finally:
+                for conn in conns:
+                    await conn.comm.close()
+
+        return run_loop(loop_name, main, timeout_s)

@@ -6,21 +6,15 @@ The message is a dict, as dask sends.  Frames of up to 64 KiB travel as
 ``bytes`` inside it (a small dict, or "64 KiB of bytes", msgpack-encoded by
 distributed); larger frames as numpy arrays wrapped in ``to_serialize`` (the
 path dask uses for array data: out of band, zero copy on send).
-
-distributed listens on its own socket, so the server closes the listener the
-harness bound and listens again on the same port; the client's ``connect``
-retries until it is up.
 """
 
 from __future__ import annotations
 
-import asyncio
-import socket
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Sequence
+from typing import Any, Callable, ClassVar
 
-from ._async import HOST, AsyncConn, echo_loop, run_loop
-from ._common import Buffer, CasePlan, ConnClosed, ConnStats
+from ._async import HOST, SelfListeningConn
+from ._common import Buffer, ConnClosed
 
 #: Frames up to this size go inline as bytes (msgpack); larger ones as arrays.
 INLINE_MAX_NBYTES = 64 * 1024
@@ -43,15 +37,22 @@ def _decode(msg: dict[str, Any]) -> list[Buffer]:
     return [f if isinstance(f, bytes) else memoryview(f).cast("B") for f in msg["frames"]]
 
 
-class _DaskConn(AsyncConn):
+class _DaskConn(SelfListeningConn):
     scheme: ClassVar[str] = "tcp"
 
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
+    @classmethod
+    async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
+        from distributed.comm import listen
+
+        server = listen(f"{cls.scheme}://{HOST}:{port}", handler)
+        await server.start()
+        return server.stop  # type: ignore[no-any-return]
 
     @classmethod
-    async def from_socket(cls, sock: socket.socket) -> AsyncConn:  # pragma: no cover - distributed owns sockets
-        raise NotImplementedError("distributed comms make their own sockets")
+    async def connect_to(cls, port: int) -> Any:
+        from distributed.comm import connect
+
+        return await connect(f"{cls.scheme}://{HOST}:{port}", timeout=30)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         await self.comm.write(_encode(frames))
@@ -64,47 +65,6 @@ class _DaskConn(AsyncConn):
         except CommClosedError:
             raise ConnClosed from None
         return _decode(msg)
-
-    def close(self) -> None:
-        self.comm.abort()
-
-    @classmethod
-    def run_server(cls, listener: socket.socket, loop_name: str, nclients: int, timeout_s: float) -> int:
-        port = listener.getsockname()[1]
-        listener.close()
-        return run_loop(loop_name, lambda: cls._serve(port, nclients), timeout_s)
-
-    @classmethod
-    async def _serve(cls, port: int, nclients: int) -> int:
-        from distributed.comm import listen
-
-        done: asyncio.Queue[int] = asyncio.Queue()
-
-        async def handler(comm: Any) -> None:
-            await done.put(await echo_loop(cls(comm)))
-
-        server = listen(f"{cls.scheme}://{HOST}:{port}", handler)
-        await server.start()
-        try:
-            return sum([await done.get() for _ in range(nclients)])
-        finally:
-            server.stop()
-
-    @classmethod
-    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
-        from ._async import drive
-
-        async def main() -> list[ConnStats]:
-            from distributed.comm import connect
-
-            conns = [cls(await connect(f"{cls.scheme}://{HOST}:{port}", timeout=30)) for _ in range(plan.clients)]
-            try:
-                return list(await asyncio.gather(*(drive(conn, plan) for conn in conns)))
-            finally:
-                for conn in conns:
-                    await conn.comm.close()
-
-        return run_loop(loop_name, main, timeout_s)
 
 
 class DaskTCP(_DaskConn):
