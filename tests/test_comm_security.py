@@ -12,6 +12,7 @@ from tornado_readinto import CommClosedError
 from tornado_readinto.comm import connect, listen
 
 from .conftest import run
+from .test_comm import echo_handler as _echo
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +30,6 @@ def mutual_tls():
     without_cert = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     ca.configure_trust(without_cert)
     return server_ctx, with_cert, without_cert
-
-
-async def _echo(comm):
-    try:
-        while True:
-            await comm.write(await comm.read())
-    except CommClosedError:
-        pass
-    finally:
-        comm.abort()
 
 
 def test_comm_mutual_tls_refuses_client_without_certificate(mutual_tls):
