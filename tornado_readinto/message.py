@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import msgpack
 
+from .allocators import _get_numpy
 from .errors import FramingError
 
 __all__ = [
@@ -217,18 +218,11 @@ def encode_message(
     return encoder.frames
 
 
-_NUMPY: Any = None
-
-
 def _numpy() -> Any:
-    global _NUMPY
-    if _NUMPY is None:
-        try:
-            import numpy
-        except ImportError:
-            raise FramingError("the message holds a numpy array, but numpy is not installed") from None
-        _NUMPY = numpy
-    return _NUMPY
+    numpy = _get_numpy()
+    if numpy is None:
+        raise FramingError("the message holds a numpy array, but numpy is not installed")
+    return numpy
 
 
 class _Decoder:
