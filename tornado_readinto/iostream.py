@@ -606,8 +606,7 @@ class ReadIntoIOStream(IOStream):
             assert self._ra_view is not None
             start = self._ra_start
             new_view[:size] = self._ra_view[start : start + size]
-        if self._ra_view is not None:
-            self._ra_view.release()
+        self._release_read_ahead()
         self._ra, self._ra_view, self._ra_start = new, new_view, 0
 
     def _consume_nbytes(self, nbytes: int) -> None:
