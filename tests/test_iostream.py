@@ -9,6 +9,7 @@ import random
 import socket
 import threading
 import tracemalloc
+from time import perf_counter
 
 import numpy as np
 import pytest
@@ -653,6 +654,38 @@ def test_busy_poll_rearms_when_data_comes_soon_after_parking():
             sock.script.append(b"data")
             assert await _drive(reading, sock) == 4  # came ~5 ms after parking
             assert stream._spin_backoff == 0 and stream._spin_skip == 0
+        finally:
+            stream.close()
+
+    run(main())
+
+
+def test_busy_poll_budget_doubles_for_a_peer_slower_than_the_spin_and_resets_when_late():
+    """A spin that found nothing, whose data then came within 10 budgets,
+    doubles the next spin's budget, up to 4 x busy_poll_s; data that comes
+    later than that resets it to busy_poll_s."""
+
+    async def spin_then_answer(stream, sock, delay):
+        stream._spin_skip = 0  # spin on this read whatever the backoff
+        before = perf_counter()
+        reading = stream.read_into(bytearray(4))  # spins out, parks
+        spun = perf_counter() - before
+        await asyncio.sleep(delay)
+        sock.script.append(b"data")
+        assert await _drive(reading, sock) == 4
+        return spun
+
+    async def main():
+        stream, sock = _fake_stream([], busy_poll_s=0.01)
+        try:
+            spins = []
+            for scale in (2, 4, 4):  # each answer comes ~5 ms after parking
+                spins.append(await spin_then_answer(stream, sock, 0))
+                assert stream._spin_scale == scale
+            await spin_then_answer(stream, sock, 0.15)  # > 10 budgets: late
+            assert stream._spin_scale == 1
+            # the spins really lasted 10, 20 and 40 ms
+            assert 0.01 <= spins[0] < spins[1] < spins[2] and spins[2] >= 0.04
         finally:
             stream.close()
 

@@ -32,7 +32,12 @@ Strategy:
   the stream skips spinning for exponentially more reads (up to
   `_MAX_SPIN_BACKOFF`), so idle or slow connections do not burn CPU or hold up
   the event loop; on a stream where spinning has worked, a parked read whose
-  data then came within `_REARM_FACTOR` budgets re-arms it.  ``busy_poll_s=0`` turns it off.
+  data then came within `_REARM_FACTOR` budgets re-arms it.  A spin that
+  found nothing, whose data then came that soon, doubles the budget (up to
+  `_MAX_BUDGET_FACTOR` times ``busy_poll_s``), so a peer that takes a little
+  longer than the base budget to answer (a dask comm deserializing and
+  serializing a message) is still caught; data that came late resets it.
+  ``busy_poll_s=0`` turns it off.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -90,6 +95,12 @@ _MAX_SPIN_BACKOFF = 255
 #: exchange off the slow park/wake path.  Idle connections wait far longer
 #: and stay backed off.
 _REARM_FACTOR = 10
+
+#: A spin that found nothing, on a stream whose data then came within
+#: `_REARM_FACTOR` budgets, doubles the budget for the next spin, up to this
+#: many times ``busy_poll_s`` (200 us by default): a peer whose turnaround is
+#: a little longer than the base budget is then caught by a spin.
+_MAX_BUDGET_FACTOR = 4
 
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
@@ -184,11 +195,14 @@ class ReadIntoIOStream(IOStream):
     ) -> None:
         if not busy_poll_s >= 0:
             raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
-        #: Longest busy-poll before a pending read parks (0: never spin).
+        #: Base busy-poll budget before a pending read parks (0: never spin);
+        #: adaptive, up to `_MAX_BUDGET_FACTOR` times this.
         self.busy_poll_s = busy_poll_s
         self._spin_backoff = 0  # reads to skip spinning after a failed spin
         self._spin_skip = 0
         self._spin_hits = 0  # spins that found data on this stream
+        self._spin_scale = 1  # spin budget in busy_poll_s: 1, 2, ... _MAX_BUDGET_FACTOR
+        self._spun_out = False  # the read parked after a spin that found nothing
         self._parked_at = 0.0  # when the pending read last parked (perf_counter)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
@@ -453,7 +467,7 @@ class ReadIntoIOStream(IOStream):
         return pos
 
     def _busy_poll(self) -> int | None:
-        deadline = perf_counter() + self.busy_poll_s
+        deadline = perf_counter() + self._spin_scale * self.busy_poll_s
         while True:
             self._readable_hint = True
             pos = self._receive_now()
@@ -465,7 +479,24 @@ class ReadIntoIOStream(IOStream):
                 # Nothing came: spin less from now on.
                 self._spin_backoff = min(2 * self._spin_backoff + 1, _MAX_SPIN_BACKOFF)
                 self._spin_skip = self._spin_backoff
+                self._spun_out = True
                 return None
+
+    def _after_park(self, waited: float, spun_out: bool) -> None:
+        """Adapt spinning to how long a parked read waited for its data."""
+        quick = waited < _REARM_FACTOR * self.busy_poll_s
+        if spun_out:
+            # The peer answered after budget + waited: spin longer next time
+            # if that was soon, back to the base budget if it was not.
+            self._spin_scale = min(2 * self._spin_scale, _MAX_BUDGET_FACTOR) if quick else 1
+        if quick and self._spin_hits:
+            # Data came soon after the read parked, on a stream where
+            # spinning has worked: a request/response exchange with a peer
+            # in another process.  Re-arm at once, else two backed-off
+            # peers stay on the slow park/wake path.  (A peer on the same
+            # event loop cannot answer during a spin: there spins never
+            # hit, and nothing re-arms.)
+            self._spin_backoff = self._spin_skip = 0
 
     def _receive_now(self) -> int | None:
         """Receive what the socket has now for the pending read."""
@@ -847,15 +878,9 @@ class ReadIntoIOStream(IOStream):
                 parked_at, self._parked_at = self._parked_at, 0.0
                 received = self.nbytes_received
                 self._handle_read()
-                if parked_at and self._spin_hits and self.nbytes_received > received:
-                    # Data came soon after the read parked, on a stream where
-                    # spinning has worked: a request/response exchange with
-                    # a peer in another process.  Re-arm at once, else two
-                    # backed-off peers stay on the slow park/wake path.  (A
-                    # peer on the same event loop cannot answer during a
-                    # spin: there spins never hit, and nothing re-arms.)
-                    if perf_counter() - parked_at < _REARM_FACTOR * self.busy_poll_s:
-                        self._spin_backoff = self._spin_skip = 0
+                spun_out, self._spun_out = self._spun_out, False
+                if parked_at and self.nbytes_received > received:
+                    self._after_park(perf_counter() - parked_at, spun_out)
             if self.closed():
                 return
             if events & _WRITE:
