@@ -267,6 +267,36 @@ def test_framed_close_between_messages_is_plain_stream_closed():
     run(main())
 
 
+def test_framed_send_frames_waits_only_above_high_water_and_counts_wire_bytes():
+    """send_frames returns with bytes still queued below the high-water mark,
+    waits for them above it, raises when the peer is gone, and returns the
+    message's size on the wire (header included)."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs_client, fs_server = FramedStream(client), FramedStream(server)
+        big = np.ones(32 * 1024 * 1024, dtype=np.uint8)  # more than the socket buffers take
+        try:
+            sent = await fs_client.send_frames([b"ab", big], high_water_nbytes=1 << 40)
+            assert sent == 8 * 3 + 2 + big.nbytes
+            assert client.write_buffer_nbytes > 0  # returned before it was all sent
+            reading = asyncio.ensure_future(fs_server.read_frames())
+            await fs_client.send_frames([b"c"], high_water_nbytes=0)  # waits for all of it
+            assert client.write_buffer_nbytes == 0
+            frames = await reading
+            assert bytes(frames[0]) == b"ab" and np.array_equal(np.frombuffer(frames[1], np.uint8), big)
+            assert [bytes(f) for f in await fs_server.read_frames()] == [b"c"]
+            server.close()
+            with pytest.raises(StreamClosedError):
+                for _ in range(100):  # until the kernel reports the reset
+                    await fs_client.send_frames([big], high_water_nbytes=0)
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
 def test_framed_peer_reset_mid_frame():
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)

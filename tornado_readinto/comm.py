@@ -109,7 +109,6 @@ from .message import (  # noqa: F401 - EXT_* are re-exported for tests and users
     EXT_PICKLE,
     EXT_TUPLE,
     OUT_OF_BAND_MIN_NBYTES,
-    _nbytes,
     _packb,
     decode_message,
     encode_message,
@@ -417,19 +416,13 @@ class Comm:
         if self.closed():
             raise CommClosedError(f"write on closed {self!r}")
         frames = encode_message(msg, allow_pickle=self._send_pickles, out_of_band_min_nbytes=self._oob_min_nbytes)
-        stream = self._stream
         try:
-            future = self._framed.write_frames(frames)
-            # Wait only above the high-water mark (backpressure), or when the
-            # write broke the stream, so that its error surfaces here.
-            if stream.closed() or stream.write_buffer_nbytes > self._high_water:
-                await future
+            return await self._framed.send_frames(frames, high_water_nbytes=self._high_water)
         except StreamClosedError as exc:
             self._broken(exc, "write to")
         except BaseException:
             self.abort()
             raise
-        return 8 * (1 + len(frames)) + sum(_nbytes(f) for f in frames)
 
     async def flush(self) -> None:
         """Wait until everything written so far was handed to the kernel

@@ -238,16 +238,8 @@ class ReadIntoComm(Comm):
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
             frame_split_size=self.frame_split_size,
         )
-        nbytes = 8 * (1 + len(frames))
-        for frame in frames:
-            nbytes += len(frame) if type(frame) is bytes else memoryview(frame).nbytes
-        stream = self._stream
         try:
-            future = self._framed.write_frames(frames)
-            # Wait only above the high-water mark (backpressure), or when the
-            # write broke the stream, so that its error surfaces here.
-            if stream.closed() or stream.write_buffer_nbytes > WRITE_HIGH_WATER_NBYTES:
-                await future
+            return await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
         except StreamClosedError as exc:
             self.abort()
             convert_stream_closed_error(self, exc)
@@ -255,7 +247,6 @@ class ReadIntoComm(Comm):
             # What was sent is unknown: the stream cannot be trusted any more.
             self.abort()
             raise
-        return nbytes
 
     def close(self) -> Awaitable[None]:  # type: ignore[override]
         """Send what is still queued, then close (idempotent).

@@ -22,6 +22,7 @@ from .framing import (
     DEFAULT_MAX_MESSAGE_NBYTES,
     Allocator,
     FrameReader,
+    frames_nbytes,
     pack_header,
 )
 from .iostream import ReadIntoIOStream
@@ -95,8 +96,30 @@ class FramedStream:
             ``nbytes``); zero frames and empty frames are valid.
         :raises StreamClosedError: the stream is closed.
         """
-        nbytes = [len(f) if type(f) is bytes or type(f) is bytearray else memoryview(f).nbytes for f in frames]
-        return self.stream.writelines([pack_header(nbytes), *frames])
+        return self._queue(frames)[0]
+
+    async def send_frames(self, frames: Sequence[Any], *, high_water_nbytes: int) -> int:
+        """Queue one message as `write_frames` does, and wait until the stream
+        has sent everything queued only if more than ``high_water_nbytes``
+        bytes are then queued (backpressure), or if queuing it closed the
+        stream (so that the error is raised here).
+
+        Returns the bytes the message takes on the wire, header included.
+        Same costs as `write_frames`; frames sent by reference must stay
+        unchanged until a later wait (or ``stream.write(b"")``) returns.
+
+        :raises StreamClosedError: the stream is closed or the send failed.
+        """
+        future, wire_nbytes = self._queue(frames)
+        stream = self.stream
+        if stream.closed() or stream.write_buffer_nbytes > high_water_nbytes:
+            await future
+        return wire_nbytes
+
+    def _queue(self, frames: Sequence[Any]) -> tuple[Future[None], int]:
+        nbytes = frames_nbytes(frames)
+        future = self.stream.writelines([pack_header(nbytes), *frames])
+        return future, 8 * (1 + len(nbytes)) + sum(nbytes)
 
     def read_frames(self) -> Future[list[memoryview]]:
         """Receive one message: a list with one writable ``memoryview``
