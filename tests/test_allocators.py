@@ -16,7 +16,9 @@ from tornado_readinto.allocators import (
     DEFAULT_MAX_POOLED_NBYTES,
     DEFAULT_MIN_SIZE_CLASS,
     HUGEPAGE_MIN_NBYTES,
+    RECYCLE_GRANULE_NBYTES,
     BufferPool,
+    RecyclingAllocator,
     bytearray_allocator,
     uninitialized_allocator,
 )
@@ -330,3 +332,102 @@ def test_buffer_pool_concurrent_release() -> None:
         thread.join()
     assert pool.nbuffers_outstanding == 0
     assert pool.nbytes_pooled == 400 * DEFAULT_MIN_SIZE_CLASS
+
+
+# -- RecyclingAllocator ------------------------------------------------------------
+
+
+def test_recycling_takes_a_buffer_back_only_when_nothing_reaches_it() -> None:
+    """Views, memoryviews and arrays made over the buffer (as dask's numpy
+    deserialization makes them) keep it from reuse; once all are gone, the
+    next request of a fitting size gets the same memory back."""
+    recycler = RecyclingAllocator()
+    nbytes = 5 << 20
+    buf = recycler(nbytes)
+    assert len(buf) == nbytes and buf.flags.writeable
+    first = np_address(buf)
+    keepers = [
+        memoryview(buf)[10:],
+        buf[100:],
+        np.ndarray((10,), dtype=np.float64, buffer=memoryview(buf).cast("B")),
+    ]
+    del buf
+    in_use = recycler(nbytes)  # the first buffer is still reachable: new memory
+    assert np_address(in_use) != first
+    while keepers:
+        assert recycler.nbytes_retained == 0
+        keepers.pop()
+    assert recycler.nbytes_retained == 3 * RECYCLE_GRANULE_NBYTES  # 5 MiB, rounded up
+    again = recycler(nbytes)
+    assert np_address(again) == first
+    assert (recycler.hits, recycler.misses) == (1, 2)
+
+
+def test_recycling_best_fit_size_bounds_and_retention_cap() -> None:
+    recycler = RecyclingAllocator(max_retained_nbytes=40 << 20)
+    small, large = recycler(5 << 20), recycler(30 << 20)
+    small_at, large_at = np_address(small), np_address(large)
+    del small, large
+    assert recycler.nbytes_retained == (6 << 20) + (30 << 20)
+    big = recycler(20 << 20)  # 6 MiB is too small, 30 MiB within 2x: reused
+    assert np_address(big) == large_at and len(big) == 20 << 20
+    tiny = recycler(4 << 20)  # best fit: the 6 MiB one
+    assert np_address(tiny) == small_at
+    huge = recycler(64 << 20)  # nothing kept is large enough
+    del big, tiny, huge  # 30 + 6 MiB are kept, then 64 MiB is over the cap: freed
+    assert recycler.nbytes_retained == (36 << 20)
+    recycler.clear()
+    assert recycler.nbytes_retained == 0
+    assert "retained=0/41943040" in repr(recycler)
+
+
+def test_recycling_small_requests_and_no_numpy_are_not_recycled(no_numpy: None) -> None:
+    recycler = RecyclingAllocator()
+    buf = recycler(HUGEPAGE_MIN_NBYTES)
+    assert isinstance(buf, mmap.mmap)  # uninitialized_allocator without numpy
+    del buf
+    assert recycler.misses == 0 and recycler.nbytes_retained == 0
+
+
+def test_recycling_below_min_nbytes_goes_to_uninitialized_allocator() -> None:
+    recycler = RecyclingAllocator(min_nbytes=1 << 20)
+    for nbytes in (0, 100, (1 << 20) - 1):
+        buf = recycler(nbytes)
+        assert isinstance(buf, np.ndarray) and len(buf) == nbytes and buf.base is None
+    assert recycler.misses == 0
+    with pytest.raises(ValueError, match="min_nbytes"):
+        RecyclingAllocator(min_nbytes=-1)
+    with pytest.raises(ValueError):
+        recycler(-1)
+
+
+def test_recycling_takes_back_buffers_dropped_in_other_threads() -> None:
+    recycler = RecyclingAllocator()
+    bufs = [recycler(4 << 20) for _ in range(8)]
+    threads = [threading.Thread(target=bufs.pop) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert recycler.nbytes_retained == 8 * (4 << 20)
+    assert len({np_address(recycler(4 << 20)) for _ in range(3)}) == 3
+
+
+def test_recycling_allocator_frames_of_a_frame_reader() -> None:
+    """Frames received through a FrameReader are views of the recycled
+    array: dropping the frames of one message recycles its buffer for the
+    next, and the data is intact."""
+    recycler = RecyclingAllocator()
+    reader = FrameReader(recycler)
+    nbytes = 6 << 20
+    addresses = []
+    for fill in (b"a", b"b", b"c"):
+        payload = fill * nbytes
+        data = pack_header([nbytes]) + payload
+        assert reader.feed(data) == len(data)
+        frames = reader.next_message()
+        assert frames is not NEED_DATA and bytes(frames[0]) == payload
+        addresses.append(np_address(frames[0]))
+        del frames
+    assert addresses[0] == addresses[1] == addresses[2]
+    assert recycler.hits == 2 and recycler.misses == 1

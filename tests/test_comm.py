@@ -30,7 +30,7 @@ from tornado_readinto import (
     HandshakeError,
     IncompleteReadError,
 )
-from tornado_readinto.allocators import bytearray_allocator
+from tornado_readinto.allocators import bytearray_allocator, recycling_allocator
 from tornado_readinto.comm import (
     EXT_BUFFER,
     EXT_NDARRAY,
@@ -662,7 +662,7 @@ async def check_allocator_option(tcp):
         custom = await tcp.connect(listener, allocator=bytearray_allocator)
         for comm in (default, custom):
             await comm.write({"b": b"z" * 100_000})
-        assert isinstance((await default.read())["b"].obj, np.ndarray)  # uninitialized_allocator
+        assert isinstance((await default.read())["b"].obj, np.ndarray)  # numpy.empty below 4 MiB
         assert isinstance((await custom.read())["b"].obj, bytearray)
         default.abort()
         custom.abort()
@@ -672,6 +672,29 @@ async def check_allocator_option(tcp):
 
 def test_comm_allocator_option(tcp):
     run(check_allocator_option(tcp))
+
+
+async def check_large_buffers_are_recycled(tcp):
+    """By default large frames land in recycling_allocator buffers: once a
+    received array is dropped, the next message reuses its memory."""
+    listener = await tcp.listen(echo_handler)
+    try:
+        comm = await tcp.connect(listener)
+        hits = recycling_allocator.hits
+        for i in range(4):
+            sent = np.full(6 << 20, i, dtype=np.uint8)
+            got = (await comm.write({"a": sent}), await comm.read())[1]["a"]
+            assert got.dtype == np.uint8 and np.array_equal(got, sent)
+            del got
+        # 3 on the client's side, at least 2 on the echo server's
+        assert recycling_allocator.hits - hits >= 5
+        comm.abort()
+    finally:
+        listener.stop()
+
+
+def test_comm_recycles_large_receive_buffers(tcp):
+    run(check_large_buffers_are_recycled(tcp))
 
 
 # -- backpressure ------------------------------------------------------------------------

@@ -85,7 +85,7 @@ import msgpack
 from tornado.iostream import StreamClosedError
 from tornado.netutil import add_accept_handler, bind_sockets
 
-from .allocators import uninitialized_allocator
+from .allocators import recycling_allocator
 from .errors import (
     BufferBusyError,
     CommClosedError,
@@ -254,7 +254,9 @@ class Comm:
         the peer allows them too) and unpickle received ones.  Only for
         peers you trust: unpickling runs arbitrary code.
     :arg allocator: where received frames land (see
-        `tornado_readinto.allocators`).
+        `tornado_readinto.allocators`; default: the process-wide
+        `~tornado_readinto.allocators.recycling_allocator`, no memset, and
+        large buffers are reused once the message no longer references them).
     :arg max_frames: passed to `FramedStream`.
     :arg max_frame_nbytes: passed to `FramedStream`.
     :arg max_message_nbytes: passed to `FramedStream`.
@@ -279,7 +281,7 @@ class Comm:
         peer_address: str,
         *,
         allow_pickle: bool = False,
-        allocator: Allocator | None = uninitialized_allocator,
+        allocator: Allocator | None = recycling_allocator,
         max_frames: int = DEFAULT_MAX_FRAMES,
         max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
         max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,

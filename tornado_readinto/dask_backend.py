@@ -18,8 +18,10 @@ Wire format: each dask message is one framed message of
 This is *not* the byte stream of distributed's ``tcp://`` comm (which adds
 its own length prelude and joins small frames), so a ``readinto://`` peer
 only talks to ``readinto://`` peers; each frame is received into its own
-buffer (``uninitialized_allocator``: no memset), which the deserialized
-objects (numpy arrays…) then use without a copy.
+buffer (`~tornado_readinto.allocators.recycling_allocator`: no memset, and
+buffers of 4 MiB and more are reused once nothing references them, sparing
+the kernel's page zeroing), which the deserialized objects (numpy arrays…)
+then use without a copy.
 
 This module imports distributed; ``import tornado_readinto`` never does.
 
@@ -47,7 +49,7 @@ from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
 from distributed.utils import ensure_ip, get_ip
 from tornado.iostream import StreamClosedError
 
-from .allocators import uninitialized_allocator
+from .allocators import recycling_allocator
 from .comm import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     WRITE_HIGH_WATER_NBYTES,
@@ -159,7 +161,7 @@ class ReadIntoComm(Comm):
         self._peer_addr = peer_addr
         self._stream = stream
         super().__init__(deserialize=deserialize)
-        self._framed = FramedStream(stream, allocator=uninitialized_allocator)
+        self._framed = FramedStream(stream, allocator=recycling_allocator)
         self._extra: dict[str, Any] = {}
         if stream.socket is not None and stream.socket.family in (socket.AF_INET, socket.AF_INET6):
             stream.set_nodelay(True)
