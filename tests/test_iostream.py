@@ -692,6 +692,41 @@ def test_busy_poll_budget_doubles_for_a_peer_slower_than_the_spin_and_resets_whe
     run(main())
 
 
+def test_busy_poll_yields_to_callbacks_the_event_loop_has_ready():
+    """No spin while a callback is ready to run (the loop would not park
+    anyway), and a spin ends as soon as another thread schedules one; neither
+    counts as a spin that found nothing."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        stream, sock = _fake_stream([], busy_poll_s=5.0)
+        try:
+            ran = []
+            loop.call_soon(ran.append, 1)
+            reading = stream.read_into(bytearray(4))  # a 5 s spin, if it spun
+            assert len(sock.recv_sizes) == 1 and not ran
+            reading.cancel()
+        finally:
+            stream.close()
+        await asyncio.sleep(0)
+        assert ran == [1]
+
+        stream, sock = _fake_stream([], busy_poll_s=5.0)
+        try:
+            threading.Timer(0.05, loop.call_soon_threadsafe, (ran.append, 2)).start()
+            started = perf_counter()
+            reading = stream.read_into(bytearray(4))  # spins until the timer fires
+            assert 0.04 < perf_counter() - started < 2.5
+            assert len(sock.recv_sizes) > 3 and stream._spin_skip == 0 and not stream._spun_out
+            await asyncio.sleep(0)
+            assert ran == [1, 2]
+            reading.cancel()
+        finally:
+            stream.close()
+
+    run(main())
+
+
 def test_busy_poll_finds_data_that_arrives_during_the_spin():
     """With a peer that answers at once, the read completes inside the spin:
     the Future is done when read_into returns, no event-loop round trip."""

@@ -37,6 +37,8 @@ Strategy:
   `_MAX_BUDGET_FACTOR` times ``busy_poll_s``), so a peer that takes a little
   longer than the base budget to answer (a dask comm deserializing and
   serializing a message) is still caught; data that came late resets it.
+  No spin while the event loop has callbacks ready to run (they mean it
+  would not park anyway), and a spin ends when another thread schedules one.
   ``busy_poll_s=0`` turns it off.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
@@ -45,6 +47,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import socket
 import ssl
@@ -105,6 +108,16 @@ _MAX_BUDGET_FACTOR = 4
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
 _SHRINK_FACTOR = 4
+
+
+def _ready_queue(io_loop: Any) -> collections.deque[Any] | None:
+    """The queue of callbacks that ``io_loop``'s asyncio loop will run next
+    (``BaseEventLoop._ready``), or None if the loop does not expose one
+    (uvloop).  A spin would only delay them: they mean the loop would not
+    park, so spinning cannot save a wake-up."""
+    ready = getattr(getattr(io_loop, "asyncio_loop", None), "_ready", None)
+    return ready if isinstance(ready, collections.deque) else None
+
 
 def _iov_max() -> int:
     try:
@@ -225,6 +238,7 @@ class ReadIntoIOStream(IOStream):
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
         self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
         self._gather = self._gather and hasattr(self.socket, "sendmsg")
+        self._loop_ready = _ready_queue(self.io_loop)
 
     # -- compatibility shims ---------------------------------------------------
 
@@ -467,6 +481,9 @@ class ReadIntoIOStream(IOStream):
         return pos
 
     def _busy_poll(self) -> int | None:
+        ready = self._loop_ready
+        if ready:
+            return None  # the event loop has other work: do that instead of spinning
         deadline = perf_counter() + self._spin_scale * self.busy_poll_s
         while True:
             self._readable_hint = True
@@ -475,6 +492,9 @@ class ReadIntoIOStream(IOStream):
                 self._spin_backoff = 0
                 self._spin_hits += 1
                 return pos
+            if ready:
+                # Another thread gave the loop work (call_soon_threadsafe).
+                return None
             if perf_counter() >= deadline:
                 # Nothing came: spin less from now on.
                 self._spin_backoff = min(2 * self._spin_backoff + 1, _MAX_SPIN_BACKOFF)
