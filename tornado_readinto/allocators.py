@@ -159,13 +159,18 @@ def uninitialized_allocator(
     if numpy is not None:
         return numpy.empty(nbytes, dtype=numpy.uint8)  # type: ignore[no-any-return]
     if nbytes >= HUGEPAGE_MIN_NBYTES and _MADV_HUGEPAGE is not None:
-        buf = mmap.mmap(-1, nbytes, flags=_MMAP_PRIVATE_FLAGS)
-        try:
-            buf.madvise(_MADV_HUGEPAGE)
-        except OSError:  # e.g. EINVAL: a kernel built without THP; small pages will do
-            pass
-        return buf
+        return _hugepage_mmap(nbytes)
     return bytearray(nbytes)
+
+
+def _hugepage_mmap(nbytes: int) -> mmap.mmap:
+    """A private anonymous mapping of ``nbytes``, advised for transparent huge
+    pages where the kernel has them (zeroed lazily by the kernel)."""
+    buf = mmap.mmap(-1, nbytes, flags=_MMAP_PRIVATE_FLAGS)
+    if _MADV_HUGEPAGE is not None:
+        with contextlib.suppress(OSError):  # e.g. EINVAL: a kernel built without THP; small pages will do
+            buf.madvise(_MADV_HUGEPAGE)
+    return buf
 
 
 def _address_of(buf: Any) -> int:
@@ -551,11 +556,7 @@ class RecyclingAllocator:
             else:
                 self._misses += 1
         if backing is None:
-            capacity = -(-nbytes // RECYCLE_GRANULE_NBYTES) * RECYCLE_GRANULE_NBYTES
-            backing = mmap.mmap(-1, capacity, flags=_MMAP_PRIVATE_FLAGS)
-            if _MADV_HUGEPAGE is not None:
-                with contextlib.suppress(OSError):  # a kernel without THP: small pages will do
-                    backing.madvise(_MADV_HUGEPAGE)
+            backing = _hugepage_mmap(-(-nbytes // RECYCLE_GRANULE_NBYTES) * RECYCLE_GRANULE_NBYTES)
         # The array's base is the mmap, not an array, so numpy makes every view
         # of it point at it: it lives as long as anything reaches the memory.
         array = numpy.frombuffer(backing, dtype=numpy.uint8, count=nbytes)
