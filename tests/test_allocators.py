@@ -431,3 +431,22 @@ def test_recycling_allocator_frames_of_a_frame_reader() -> None:
         del frames
     assert addresses[0] == addresses[1] == addresses[2]
     assert recycler.hits == 2 and recycler.misses == 1
+
+
+def test_recycling_buffer_dying_under_the_allocators_own_lock_does_not_deadlock() -> None:
+    """The cyclic garbage collector can free a buffer (running its finalizer)
+    at any allocation, including one the allocator makes while it holds its
+    lock: taking the buffer back must not wait for that lock."""
+    recycler = RecyclingAllocator()
+    buf = recycler(4 << 20)
+
+    def drop_under_lock() -> None:
+        nonlocal buf
+        with recycler._lock:
+            del buf  # the finalizer runs here, in the thread holding the lock
+
+    thread = threading.Thread(target=drop_under_lock, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "deadlocked"
+    assert recycler.nbytes_retained == 4 << 20

@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_MAX_POOLED_NBYTES",
     "DEFAULT_MIN_SIZE_CLASS",
     "HUGEPAGE_MIN_NBYTES",
+    "RECYCLE_GRANULE_NBYTES",
     "BufferPool",
     "RecyclingAllocator",
     "recycling_allocator",
@@ -503,7 +504,9 @@ class RecyclingAllocator:
             raise ValueError(
                 f"min_nbytes and max_retained_nbytes must be >= 0, not {min_nbytes} and {max_retained_nbytes}"
             )
-        self._lock = threading.Lock()
+        # Reentrant: a cyclic garbage collection can run a finalizer (and so
+        # _take_back) at any allocation, including one made under the lock.
+        self._lock = threading.RLock()
         self._free: list[mmap.mmap] = []  # unreferenced mappings, kept for reuse
         self._nbytes_retained = 0
         self._hits = 0
