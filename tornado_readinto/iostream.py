@@ -896,9 +896,9 @@ class ReadIntoIOStream(IOStream):
             if events & _READ:
                 self._readable_hint = True
                 parked_at, self._parked_at = self._parked_at, 0.0
-                received = self.nbytes_received
-                self._handle_read()
                 spun_out, self._spun_out = self._spun_out, False
+                received = self.nbytes_received
+                self._handle_read()  # may spin and park again: fresh _parked_at/_spun_out
                 if parked_at and self.nbytes_received > received:
                     self._after_park(perf_counter() - parked_at, spun_out)
             if self.closed():
