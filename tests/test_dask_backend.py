@@ -143,7 +143,8 @@ def test_dask_comm_closed_implicit(scheme_args):
     run(check_comm_closed_implicit(*scheme_args))
 
 
-async def check_comm_closed_explicit(scheme, listen_args, connect_args):
+def read_error_handler():
+    """A comm handler that reads once; and a Future of the error that read raised."""
     server_error = asyncio.get_running_loop().create_future()
 
     async def handle_comm(comm):
@@ -151,6 +152,12 @@ async def check_comm_closed_explicit(scheme, listen_args, connect_args):
             await comm.read()
         except BaseException as exc:
             server_error.set_result(exc)
+
+    return handle_comm, server_error
+
+
+async def check_comm_closed_explicit(scheme, listen_args, connect_args):
+    handle_comm, server_error = read_error_handler()
 
     async with listen(f"{scheme}://127.0.0.1:0", handle_comm, **listen_args) as listener:
         comm = await connect(listener.contact_address, **connect_args)
@@ -269,13 +276,7 @@ def test_dask_close_flushes_abort_breaks(scheme_args):
 
 
 async def check_read_cancellation_aborts():
-    server_error = asyncio.get_running_loop().create_future()
-
-    async def handle_comm(comm):
-        try:
-            await comm.read()
-        except BaseException as exc:
-            server_error.set_result(exc)
+    handle_comm, server_error = read_error_handler()
 
     async with listen("readinto://127.0.0.1:0", handle_comm) as listener:
         comm = await connect(listener.contact_address)
@@ -295,13 +296,7 @@ def test_dask_read_cancellation_aborts():
 async def check_garbled_message_after_handshake():
     """A raw peer that does distributed's handshake, then sends a header
     claiming 2**63 bytes: the server's read fails cleanly, nothing hangs."""
-    server_error = asyncio.get_running_loop().create_future()
-
-    async def handle_comm(comm):
-        try:
-            await comm.read()
-        except BaseException as exc:
-            server_error.set_result(exc)
+    handle_comm, server_error = read_error_handler()
 
     async with listen("readinto://127.0.0.1:0", handle_comm) as listener:
         host, port = get_address_host_port(listener.contact_address)
