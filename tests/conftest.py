@@ -9,9 +9,41 @@ import pytest
 logging.getLogger("tornado.access").setLevel(logging.CRITICAL)
 
 
-def run(coro, timeout=30):
-    """Run one test coroutine on a fresh event loop, bounded in time."""
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+LOOPS = ["asyncio", "uvloop"]
+
+
+def new_event_loop(loop_name="asyncio"):
+    """A fresh event loop: asyncio's default, or uvloop's."""
+    if loop_name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def run(coro, timeout=30, loop="asyncio"):
+    """Run one test coroutine on a fresh event loop (``"asyncio"`` or
+    ``"uvloop"``), bounded in time."""
+    if loop == "asyncio":
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+    event_loop = new_event_loop(loop)
+    asyncio.set_event_loop(event_loop)
+    try:
+        return event_loop.run_until_complete(asyncio.wait_for(coro, timeout))
+    finally:
+        pending = asyncio.all_tasks(event_loop)
+        for task in pending:
+            task.cancel()
+        event_loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        event_loop.run_until_complete(event_loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        event_loop.close()
+
+
+@pytest.fixture(params=LOOPS)
+def loop_name(request):
+    """Every test that takes it runs on asyncio's default loop and on uvloop."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -36,10 +36,20 @@ def test_writelines_header_and_8_frames_is_one_sendmsg_one_future():
             fut = server.writelines([header, *frames])
             assert fut.done()  # sent inline: the socket had room
             assert futures_before == 0 and len(server._write_futures) == 0
-            # small frames were coalesced with the header: one buffer, one syscall
-            assert sock.sends == [len(header) + 8 * 1024] and sock.sendmsg_buffers == [1]
+            # idle socket: one syscall straight from the caller's buffers, nothing queued
+            assert sock.sends == [len(header) + 8 * 1024] and sock.sendmsg_buffers == [9]
             got = await client.read_bytes(len(header) + 8 * 1024)
             assert got == header + b"".join(frames)
+            assert server._total_write_index == server._total_write_done_index == len(got)
+
+            # behind queued bytes, small frames are coalesced: one buffer for all nine
+            sock.reset()
+            server._write_buffer.append(b"queued")
+            server._total_write_index += 6
+            fut = server.writelines([header, *frames])
+            assert sock.sends == [6 + len(header) + 8 * 1024] and sock.sendmsg_buffers == [1]
+            await fut
+            assert await client.read_bytes(6 + len(got)) == b"queued" + got
 
             sock.reset()
             big = [bytes([i]) * 100_000 for i in range(4)]  # by reference: 5 iovecs

@@ -25,21 +25,18 @@ Strategy:
 * READ interest stays registered while the read-ahead buffer has room, so a
   busy stream does not drop and re-add it (an ``epoll_ctl`` pair) between
   consecutive reads as stock Tornado does whenever bytes are left over.
-* Before a pending read parks on the selector it may busy-poll the socket for
-  up to `DEFAULT_BUSY_POLL_S`: in a request/response exchange the answer often
-  arrives within tens of microseconds, and parking (then waking a halted CPU)
-  costs more than that.  The spin is adaptive: after a spin that found nothing
-  the stream skips spinning for exponentially more reads (up to
-  `_MAX_SPIN_BACKOFF`), so idle or slow connections do not burn CPU or hold up
-  the event loop; on a stream where spinning has worked, a parked read whose
-  data then came within `_REARM_FACTOR` budgets re-arms it.  A spin that
-  found nothing, whose data then came that soon, doubles the budget (up to
-  `_MAX_BUDGET_FACTOR` times ``busy_poll_s``), so a peer that takes a little
-  longer than the base budget to answer (a dask comm deserializing and
-  serializing a message) is still caught; data that came late resets it.
-  No spin while the event loop has callbacks ready to run (they mean it
-  would not park anyway), and a spin ends when another thread schedules one.
-  ``busy_poll_s=0`` turns it off.
+* Before a pending read parks, its stream may ask the event loop to keep
+  polling instead of blocking for up to `DEFAULT_BUSY_POLL_S` (adaptive; see
+  `tornado_readinto.busypoll`): in a request/response exchange the answer
+  often arrives within tens of microseconds, and parking (then waking a
+  halted CPU) costs more than that.  The stream never spins inside its own
+  callback, so other connections and callbacks are never held up, on any
+  event loop.  ``busy_poll_s=0`` turns it off.
+* Reads and writes that can finish at once take a short path: a read whose
+  bytes are already read ahead is copied out and returned as a resolved
+  Future (no read state, no syscall); a write to an idle plain socket is one
+  ``sendmsg`` of the caller's buffers, queued only if the kernel did not take
+  them all.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -47,7 +44,6 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
 import socket
 import ssl
@@ -70,6 +66,7 @@ from ._tornado_compat import (
     future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
+from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
 from .framing import NEED_DATA, MessageReader
 from .writebuffer import ChunkedWriteBuffer
@@ -82,41 +79,9 @@ __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES"]
 #: 16 KiB = one TLS record, and a quarter of the 64 KiB default read chunk.
 DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
 
-#: How long a pending read may busy-poll the socket before parking on the
-#: selector.  50 us covers a loopback request/response turnaround on the
-#: development machine (a Firecracker VM, where waking a parked process
-#: costs about as much); see README "Performance" for the measurements.
-DEFAULT_BUSY_POLL_S = 50e-6  # seconds
-
-#: After a spin that found no data, skip spinning for 1, 3, 7, ... up to this
-#: many reads that park (a spin that finds data resets it).
-_MAX_SPIN_BACKOFF = 255
-
-#: A parked read whose data arrives within this many busy-poll budgets
-#: (500 us by default) re-arms spinning, if spinning has found data on this
-#: stream before: the peer answers fast, so both ends spinning keeps the
-#: exchange off the slow park/wake path.  Idle connections wait far longer
-#: and stay backed off.
-_REARM_FACTOR = 10
-
-#: A spin that found nothing, on a stream whose data then came within
-#: `_REARM_FACTOR` budgets, doubles the budget for the next spin, up to this
-#: many times ``busy_poll_s`` (200 us by default): a peer whose turnaround is
-#: a little longer than the base budget is then caught by a spin.
-_MAX_BUDGET_FACTOR = 4
-
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
 _SHRINK_FACTOR = 4
-
-
-def _ready_queue(io_loop: Any) -> collections.deque[Any] | None:
-    """The queue of callbacks that ``io_loop``'s asyncio loop will run next
-    (``BaseEventLoop._ready``), or None if the loop does not expose one
-    (uvloop).  A spin would only delay them: they mean the loop would not
-    park, so spinning cannot save a wake-up."""
-    ready = getattr(getattr(io_loop, "asyncio_loop", None), "_ready", None)
-    return ready if isinstance(ready, collections.deque) else None
 
 
 def _iov_max() -> int:
@@ -208,15 +173,10 @@ class ReadIntoIOStream(IOStream):
     ) -> None:
         if not busy_poll_s >= 0:
             raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
-        #: Base busy-poll budget before a pending read parks (0: never spin);
-        #: adaptive, up to `_MAX_BUDGET_FACTOR` times this.
+        #: Base busy-poll budget of a pending read that parks (0: never spin);
+        #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
-        self._spin_backoff = 0  # reads to skip spinning after a failed spin
-        self._spin_skip = 0
-        self._spin_hits = 0  # spins that found data on this stream
-        self._spin_scale = 1  # spin budget in busy_poll_s: 1, 2, ... _MAX_BUDGET_FACTOR
-        self._spun_out = False  # the read parked after a spin that found nothing
-        self._parked_at = 0.0  # when the pending read last parked (perf_counter)
+        self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -238,7 +198,8 @@ class ReadIntoIOStream(IOStream):
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
         self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
         self._gather = self._gather and hasattr(self.socket, "sendmsg")
-        self._loop_ready = _ready_queue(self.io_loop)
+        if busy_poll_s:
+            self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self.io_loop.asyncio_loop))  # type: ignore[attr-defined]
 
     # -- compatibility shims ---------------------------------------------------
 
@@ -291,14 +252,26 @@ class ReadIntoIOStream(IOStream):
         :raises StreamClosedError: the stream is closed.  If it closes before
             ``buf`` is full, the Future fails with `IncompleteReadError`.
         """
-        view = _writable_bytes_view(buf)
+        # A bytearray is always writable, contiguous and of format 'B'.
+        view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
+        nbytes = view.nbytes
+        size = self._read_buffer_size
+        if self._read_future is None and (size >= nbytes or (partial and size)):
+            # All there (partial: some): one copy, no read state.
+            take = min(nbytes, size)
+            if take:
+                start = self._ra_start
+                assert self._ra_view is not None
+                view[:take] = self._ra_view[start : start + take]
+                self._consume_nbytes(take)
+            view.release()
+            return self._resolved(take)
         try:
             future = self._start_read()
         except BaseException:
             view.release()
             raise
-        nbytes = view.nbytes
-        take = min(nbytes, self._read_buffer_size)
+        take = size if size < nbytes else nbytes
         if take:
             start = self._ra_start
             assert self._ra_view is not None
@@ -310,10 +283,7 @@ class ReadIntoIOStream(IOStream):
         self._read_partial = partial
         self._user_read_buffer = True
         try:
-            if take == nbytes or (partial and take):
-                self._read_from_buffer(take)
-            else:
-                self._try_inline_read()
+            self._receive_or_park()
         except BaseException:
             future.add_done_callback(lambda f: f.exception())
             raise
@@ -329,6 +299,9 @@ class ReadIntoIOStream(IOStream):
         """
         if num_bytes < 0:
             raise ValueError(f"read_bytes needs num_bytes >= 0, got {num_bytes}")
+        size = self._read_buffer_size
+        if self._read_future is None and (size >= num_bytes or (partial and size)):
+            return self._resolved(self._consume(min(num_bytes, size)))
         future = self._start_read()
         self._read_bytes = num_bytes
         self._read_partial = partial
@@ -364,6 +337,18 @@ class ReadIntoIOStream(IOStream):
             # Closed because the data was rejected: what is left read ahead
             # belongs to that bad message.
             raise StreamClosedError(real_error=error)
+        if self._read_future is None and self._read_buffer_size:
+            # Parse what is read ahead first: a whole message costs no read
+            # state and no syscall.
+            try:
+                message = self._feed(reader)
+            except Exception as e:
+                future = self._start_read()
+                self._read_reader = reader
+                self.close(exc_info=e)  # fails the Future with e (see _signal_closed)
+                return future
+            if message is not NEED_DATA:
+                return self._resolved(message)
         future = self._start_read()
         self._read_reader = reader
         try:
@@ -382,22 +367,37 @@ class ReadIntoIOStream(IOStream):
             raise
         return future
 
+    def _feed(self, reader: MessageReader) -> Any:
+        """Hand the read-ahead bytes to ``reader``; return its next message
+        or `NEED_DATA`.  Raises what the reader raises."""
+        assert self._ra_view is not None
+        start = self._ra_start
+        with self._ra_view[start : start + self._read_buffer_size] as data:
+            consumed = reader.feed(data)
+        self._consume_nbytes(consumed)
+        return reader.next_message()
+
     def _feed_reader(self) -> None:
         """Hand the read-ahead bytes to the pending reader; records the
         message if one completed.  A reader error closes the stream."""
-        reader = self._read_reader
-        assert reader is not None and self._ra_view is not None
-        start = self._ra_start
+        assert self._read_reader is not None
         try:
-            with self._ra_view[start : start + self._read_buffer_size] as data:
-                consumed = reader.feed(data)
-            self._consume_nbytes(consumed)
-            message = reader.next_message()
+            message = self._feed(self._read_reader)
         except Exception as e:
             self.close(exc_info=e)
             return
         if message is not NEED_DATA:
             self._read_message = message
+
+    def _resolved(self, result: Any) -> Future[Any]:
+        """A Future already resolved to ``result``: a read that the
+        read-ahead bytes satisfied without entering the read state."""
+        future: Future[Any] = Future()
+        future.set_result(result)
+        state = self._state
+        if state is None or state == _ERROR:
+            self._maybe_add_error_listener()
+        return future
 
     def _read_into_reader(self) -> int | None:
         """Receive for the pending `read_message`; return 0 once the message
@@ -468,55 +468,24 @@ class ReadIntoIOStream(IOStream):
     def _read_to_buffer_loop(self) -> int | None:
         """Receive until the pending read can be satisfied, the socket has no
         more data, or the stream closes; return the read position or None
-        (the read then parks on the selector).  Busy-polls first, see
-        `DEFAULT_BUSY_POLL_S`."""
+        (the read then waits for the selector)."""
         pos = self._receive_now()
-        if pos is None and self.busy_poll_s and self._read_future is not None and not self._closed:
-            if self._spin_skip:
-                self._spin_skip -= 1
-            else:
-                pos = self._busy_poll()
-            if pos is None:
-                self._parked_at = perf_counter()  # see _handle_events
+        if pos is None and self._busy_poll is not None and self._read_future is not None and not self._closed:
+            self._busy_poll.parked(perf_counter())
         return pos
 
-    def _busy_poll(self) -> int | None:
-        ready = self._loop_ready
-        if ready:
-            return None  # the event loop has other work: do that instead of spinning
-        deadline = perf_counter() + self._spin_scale * self.busy_poll_s
-        while True:
-            self._readable_hint = True
-            pos = self._receive_now()
-            if pos is not None or self._closed or self._read_future is None:
-                self._spin_backoff = 0
-                self._spin_hits += 1
-                return pos
-            if ready:
-                # Another thread gave the loop work (call_soon_threadsafe).
-                return None
-            if perf_counter() >= deadline:
-                # Nothing came: spin less from now on.
-                self._spin_backoff = min(2 * self._spin_backoff + 1, _MAX_SPIN_BACKOFF)
-                self._spin_skip = self._spin_backoff
-                self._spun_out = True
-                return None
-
-    def _after_park(self, waited: float, spun_out: bool) -> None:
-        """Adapt spinning to how long a parked read waited for its data."""
-        quick = waited < _REARM_FACTOR * self.busy_poll_s
-        if spun_out:
-            # The peer answered after budget + waited: spin longer next time
-            # if that was soon, back to the base budget if it was not.
-            self._spin_scale = min(2 * self._spin_scale, _MAX_BUDGET_FACTOR) if quick else 1
-        if quick and self._spin_hits:
-            # Data came soon after the read parked, on a stream where
-            # spinning has worked: a request/response exchange with a peer
-            # in another process.  Re-arm at once, else two backed-off
-            # peers stay on the slow park/wake path.  (A peer on the same
-            # event loop cannot answer during a spin: there spins never
-            # hit, and nothing re-arms.)
-            self._spin_backoff = self._spin_skip = 0
+    def _receive_or_park(self) -> None:
+        """The pending read cannot be satisfied from the buffer: receive what
+        the socket has, else wait for READ (keeping the loop polling a while
+        if busy-polling is on)."""
+        self._check_closed()
+        pos = self._read_to_buffer_loop()
+        if pos is not None:
+            self._read_from_buffer(pos)
+        elif not self._closed:
+            state = self._state
+            if state is None or not state & _READ:
+                self._add_io_state(_READ)
 
     def _receive_now(self) -> int | None:
         """Receive what the socket has now for the pending read."""
@@ -815,7 +784,10 @@ class ReadIntoIOStream(IOStream):
         Costs one Future for the whole call (no per-buffer Future or
         callback); buffers over 8 KiB are sent by reference (zero copy),
         smaller ones are coalesced by one copy into shared chunks.  On plain
-        sockets every ``sendmsg`` carries up to `IOV_MAX` buffers.
+        sockets every ``sendmsg`` carries up to `IOV_MAX` buffers, and when
+        nothing is queued the buffers go out in one ``sendmsg`` straight from
+        the caller's objects: nothing is copied or queued unless the kernel
+        takes only part of them (the Future is then already resolved).
 
         :arg buffers: bytes-like objects (any C-contiguous buffer, sized by
             ``nbytes``); they must stay unchanged until the Future resolves.
@@ -825,6 +797,30 @@ class ReadIntoIOStream(IOStream):
         """
         self._check_closed()
         write_buffer = self._write_buffer
+        sent = 0
+        blocked = False  # the kernel took only part: wait for WRITE
+        if self._gather and not write_buffer and not self._connecting and self.max_write_buffer_size is None:
+            # Idle plain socket: one sendmsg straight from the caller's
+            # buffers; only what the kernel did not take is queued below.
+            if not isinstance(buffers, (list, tuple)):
+                buffers = list(buffers)
+            if len(buffers) <= IOV_MAX:
+                total = 0
+                for data in buffers:
+                    kind = type(data)
+                    total += len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+                try:
+                    sent = self.socket.sendmsg(buffers) if total else 0
+                except BlockingIOError:
+                    blocked = True
+                except Exception:
+                    pass  # the queued path below sends again and handles the error
+                else:
+                    if sent == total:
+                        self._total_write_index += total
+                        self._total_write_done_index += total
+                        return self._resolved(None)
+                    blocked = True
         queued = len(write_buffer)
         if self.max_write_buffer_size is not None:
             if not isinstance(buffers, (list, tuple)):
@@ -835,10 +831,14 @@ class ReadIntoIOStream(IOStream):
         for data in buffers:
             write_buffer.append(data)
         self._total_write_index += len(write_buffer) - queued
+        if sent:
+            write_buffer.advance(sent)
+            self._total_write_done_index += sent
         future: Future[None] = Future()
         self._write_futures.append((self._total_write_index, future))
         if not self._connecting:
-            self._handle_write()
+            if not blocked:
+                self._handle_write()
             if self._write_buffer:
                 self._add_io_state(_WRITE)
             self._maybe_add_error_listener()
@@ -885,24 +885,24 @@ class ReadIntoIOStream(IOStream):
     # -- events ----------------------------------------------------------------
 
     def _handle_events(self, fd: Any, events: int) -> None:
-        if self.closed():
+        if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
             return
         try:
             if self._connecting:
                 self._handle_connect()
-            if self.closed():
-                return
+                if self._closed:
+                    return
             if events & _READ:
                 self._readable_hint = True
-                parked_at, self._parked_at = self._parked_at, 0.0
-                spun_out, self._spun_out = self._spun_out, False
-                received = self.nbytes_received
-                self._handle_read()  # may spin and park again: fresh _parked_at/_spun_out
-                if parked_at and self.nbytes_received > received:
-                    self._after_park(perf_counter() - parked_at, spun_out)
-            if self.closed():
-                return
+                poll = self._busy_poll
+                if poll is not None and poll.parked_at:
+                    poll.data_came(perf_counter())
+                self._handle_read()
+                if self._closed:
+                    return
+                if events == _READ and (self._read_future is not None or self._read_buffer_size < self.read_chunk_size):
+                    return  # READ was registered and stays: nothing to update
             if events & _WRITE:
                 self._handle_write()
             if self.closed():

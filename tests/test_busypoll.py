@@ -1,0 +1,212 @@
+"""Busy polling: the adaptive policy of one stream (pure, on explicit
+clocks), and the loop spinner over real sockets on asyncio's default loop and
+on uvloop.  These check what happens (spins, hits, ticks, CPU left idle),
+never how fast."""
+
+import asyncio
+import socket
+import threading
+import time
+from time import perf_counter
+
+import pytest
+
+from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.busypoll import MAX_BUDGET_FACTOR, MAX_SPIN_BACKOFF, BusyPoll, spinner_for
+from tornado_readinto.testing import stream_pair
+
+from .conftest import run
+
+B = 1e-3  # the base budget of the policy tests, seconds
+
+
+class FakeSpinner:
+    """Records the deadlines a policy asks for."""
+
+    def __init__(self):
+        self.deadlines = []
+
+    def spin_until(self, deadline):
+        self.deadlines.append(deadline)
+
+
+# -- the policy, on explicit clocks ------------------------------------------------
+
+
+def test_policy_spins_when_a_read_parks_and_a_hit_keeps_it_spinning():
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    poll.parked(10.0)
+    assert spinner.deadlines == [10.0 + B]
+    poll.data_came(10.0 + B / 2)  # within the spin
+    assert (poll.hits, poll.backoff, poll.skip) == (1, 0, 0)
+    poll.parked(11.0)
+    assert spinner.deadlines == [10.0 + B, 11.0 + B]
+
+
+def test_policy_backs_off_exponentially_while_data_comes_late():
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    spun = []
+    for park in range(1100):
+        before = len(spinner.deadlines)
+        poll.parked(100.0 + park)
+        spun.append(len(spinner.deadlines) > before)
+        poll.data_came(100.0 + park + 100 * B)  # 100 budgets later: late
+    spins = [i for i, s in enumerate(spun) if s]
+    gaps = [b - a - 1 for a, b in zip(spins, spins[1:])]
+    assert gaps[:8] == [1, 3, 7, 15, 31, 63, 127, 255]
+    assert set(gaps[8:]) == {MAX_SPIN_BACKOFF}
+    assert poll.scale == 1 and poll.hits == 0  # late data never grows the budget
+
+
+def test_policy_rearms_where_spinning_worked_and_doubles_the_budget_up_to_the_cap():
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    now = 100.0  # perf_counter() seconds (0 means "not parked")
+    poll.parked(now)
+    poll.data_came(now + B / 2)  # a hit: spinning works on this stream
+    for scale in (2, 4, MAX_BUDGET_FACTOR):
+        now += 1.0
+        poll.parked(now)
+        poll.data_came(now + 5 * B)  # the spin ended first, but the data came soon
+        assert poll.scale == scale
+        assert poll.backoff == poll.skip == 0  # re-armed at once
+    assert spinner.deadlines[-1] == now + MAX_BUDGET_FACTOR * B
+    now += 1.0
+    poll.parked(now)
+    poll.data_came(now + 50 * B)  # late: back to the base budget, backed off
+    assert poll.scale == 1 and poll.skip == 1
+
+
+def test_policy_ignores_readiness_of_a_stream_that_did_not_park():
+    poll = BusyPoll(B, FakeSpinner())
+    poll.data_came(1.0)
+    assert (poll.hits, poll.backoff, poll.skip, poll.scale) == (0, 0, 0, 1)
+
+
+# -- the spinner and streams, on both loops ------------------------------------------
+
+
+def test_spinner_keeps_the_loop_polling_until_the_deadline_then_idles(loop_name):
+    async def main():
+        loop = asyncio.get_running_loop()
+        spinner = spinner_for(loop)
+        assert spinner_for(loop) is spinner  # one per loop
+        fired = []
+        loop.call_later(0.005, fired.append, "timer")
+        started = perf_counter()
+        cpu_started = time.process_time()
+        spinner.spin_until(started + 0.1)
+        ticks = spinner.ticks
+        await asyncio.sleep(0.05)  # timers and tasks run while the loop polls
+        assert fired == ["timer"] and spinner.spinning and spinner.ticks > ticks + 10
+        while spinner.spinning:
+            await asyncio.sleep(0.005)
+        assert perf_counter() - started >= 0.1
+        # polling, not blocking: the process was on the CPU for much of the spin
+        assert time.process_time() - cpu_started > 0.02
+        ticks = spinner.ticks
+        cpu_idle = time.process_time()
+        await asyncio.sleep(0.1)
+        assert spinner.ticks == ticks  # nothing runs once the deadline passed
+        assert time.process_time() - cpu_idle < 0.05
+
+    run(main(), loop=loop_name)
+
+
+def test_a_spinning_stream_never_holds_up_other_work(loop_name):
+    """A read that parks with a 5 s budget returns at once, and another
+    connection is served while the loop polls for it."""
+
+    async def main():
+        a_server, a_client = await stream_pair(ReadIntoIOStream, busy_poll_s=5.0)
+        b_server, b_client = await stream_pair(ReadIntoIOStream, busy_poll_s=5.0)
+        try:
+            started = perf_counter()
+            pending = a_server.read_into(bytearray(4))  # nothing there: it parks
+            assert perf_counter() - started < 0.5 and not pending.done()
+            assert spinner_for(asyncio.get_running_loop()).spinning
+            for i in range(20):
+                await b_client.write(b"ping%d" % (i % 10))
+                assert await b_server.read_bytes(5) == b"ping%d" % (i % 10)
+            assert not pending.done()
+            await a_client.write(b"pong")
+            assert await pending == 4
+            assert a_server._busy_poll.hits == 1  # caught while the loop polled
+        finally:
+            for stream in (a_server, a_client, b_server, b_client):
+                stream.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_busy_poll_catches_a_peer_answering_from_another_thread(loop_name):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0.5)
+        try:
+            threading.Timer(0.005, client.socket.send, (b"pong",)).start()
+            assert await server.read_into(bytearray(4)) == 4
+            poll = server._busy_poll
+            assert (poll.hits, poll.backoff, poll.skip) == (1, 0, 0)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_busy_poll_zero_never_spins_and_negative_is_rejected(loop_name):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
+        spinner = spinner_for(asyncio.get_running_loop())
+        ticks = spinner.ticks
+        try:
+            assert server._busy_poll is None
+            reading = server.read_into(bytearray(4))
+            assert not spinner.spinning
+            await client.write(b"data")
+            assert await reading == 4
+            assert spinner.ticks == ticks
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+    with socket.socket() as sock, pytest.raises(ValueError, match="busy_poll_s"):
+        ReadIntoIOStream(sock, busy_poll_s=-1)
+
+
+def test_a_thousand_idle_connections_cost_no_cpu(loop_name):
+    """Each has a read pending (default busy polling) that never completes:
+    after the first spins the loop blocks, and the process stays idle."""
+    nconns = 1000
+
+    async def main():
+        listener = socket.create_server(("127.0.0.1", 0), backlog=nconns)
+        clients, streams, reads = [], [], []
+        try:
+            for _ in range(nconns):
+                clients.append(socket.create_connection(listener.getsockname()))
+                sock, _ = listener.accept()
+                stream = ReadIntoIOStream(sock)
+                streams.append(stream)
+                reads.append(stream.read_into(bytearray(16)))
+            spinner = spinner_for(asyncio.get_running_loop())
+            await asyncio.sleep(0.05)  # the first spins (50 us each) are long over
+            assert not spinner.spinning
+            ticks, cpu = spinner.ticks, time.process_time()
+            await asyncio.sleep(0.5)
+            assert spinner.ticks == ticks
+            assert time.process_time() - cpu < 0.05  # under 10% of a core, idle
+            assert not any(read.done() for read in reads)
+        finally:
+            for read in reads:
+                read.cancel()  # closes its stream
+            for stream in streams:
+                stream.close()
+            for sock in clients:
+                sock.close()
+            listener.close()
+
+    run(main(), timeout=60, loop=loop_name)
