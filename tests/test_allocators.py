@@ -106,7 +106,7 @@ def test_uninitialized_allocator_rejects_negative() -> None:
         uninitialized_allocator(-1)
 
 
-@pytest.mark.parametrize("allocator", [bytearray_allocator, uninitialized_allocator, BufferPool()])
+@pytest.mark.parametrize("allocator", [bytearray_allocator, uninitialized_allocator, BufferPool(min_pooled_nbytes=0)])
 def test_allocators_work_with_frame_reader(allocator: Any) -> None:
     reader = FrameReader(allocator)
     reader.feed(pack_header([3, 0, 5]) + b"abc" + b"defgh")
@@ -119,7 +119,7 @@ def test_allocators_work_with_frame_reader(allocator: Any) -> None:
 
 
 def test_buffer_pool_returns_exact_writable_views() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     for nbytes in (1, 100, 4096, 4097, 1 << 20):
         view = pool(nbytes)
         assert isinstance(view, memoryview)
@@ -128,7 +128,7 @@ def test_buffer_pool_returns_exact_writable_views() -> None:
 
 
 def test_buffer_pool_size_classes() -> None:
-    pool = BufferPool(min_size_class=1024)
+    pool = BufferPool(min_pooled_nbytes=0, min_size_class=1024)
     assert [pool.size_class(n) for n in (0, 1, 1024, 1025, 3000, 1 << 20, (1 << 20) + 1)] == [
         1024,
         1024,
@@ -145,7 +145,7 @@ def test_buffer_pool_size_classes() -> None:
 
 
 def test_buffer_pool_reuses_same_memory() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     first = pool(1000)
     addr = np_address(first)
     pool.release(first)
@@ -157,7 +157,7 @@ def test_buffer_pool_reuses_same_memory() -> None:
 
 
 def test_buffer_pool_different_size_classes_do_not_mix() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     small = pool(100)
     pool.release(small)
     big = pool(DEFAULT_MIN_SIZE_CLASS + 1)
@@ -168,7 +168,7 @@ def test_buffer_pool_different_size_classes_do_not_mix() -> None:
 
 
 def test_buffer_pool_reuse_is_lifo() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     a, b = pool(10), pool(10)
     pool.release(a)
     pool.release(b)
@@ -177,7 +177,7 @@ def test_buffer_pool_reuse_is_lifo() -> None:
 
 
 def test_buffer_pool_release_derived_views() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     handed = [pool(100) for _ in range(4)]
     pool.release(handed[0][10:20])  # a slice
     pool.release(handed[1][:96].cast("d"))  # a typed cast
@@ -189,7 +189,7 @@ def test_buffer_pool_release_derived_views() -> None:
 
 
 def test_buffer_pool_double_release_raises() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     view = pool(100)
     pool.release(view)
     with pytest.raises(ValueError, match="already released"):
@@ -201,7 +201,7 @@ def test_buffer_pool_double_release_raises() -> None:
 
 @pytest.mark.parametrize("foreign", [bytearray(10), np.zeros(10, np.uint8), memoryview(bytearray(5))])
 def test_buffer_pool_foreign_buffer_raises(foreign: Any) -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     pool(10)
     with pytest.raises(ValueError, match="not handed out by this pool"):
         pool.release(foreign)
@@ -210,17 +210,17 @@ def test_buffer_pool_foreign_buffer_raises(foreign: Any) -> None:
 
 def test_buffer_pool_foreign_read_only_buffer_raises() -> None:
     with pytest.raises(ValueError, match="not handed out by this pool"):
-        BufferPool().release(b"abc")
+        BufferPool(min_pooled_nbytes=0).release(b"abc")
 
 
 def test_buffer_pool_buffer_from_other_pool_raises() -> None:
-    view = BufferPool()(10)
+    view = BufferPool(min_pooled_nbytes=0)(10)
     with pytest.raises(ValueError, match="not handed out"):
-        BufferPool().release(view)
+        BufferPool(min_pooled_nbytes=0).release(view)
 
 
 def test_buffer_pool_zero_bytes() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     view = pool(0)
     assert view.nbytes == 0 and not view.readonly
     pool.release(view)
@@ -232,7 +232,7 @@ def test_buffer_pool_zero_bytes() -> None:
 
 
 def test_buffer_pool_bound_drops_excess() -> None:
-    pool = BufferPool(max_pooled_nbytes=3 * 4096, min_size_class=4096)
+    pool = BufferPool(min_pooled_nbytes=0, max_pooled_nbytes=3 * 4096, min_size_class=4096)
     views = [pool(4096) for _ in range(5)]
     pool.release_all(views)
     assert pool.nbytes_pooled == 3 * 4096
@@ -243,7 +243,7 @@ def test_buffer_pool_bound_drops_excess() -> None:
 
 
 def test_buffer_pool_request_over_bound_is_exact_and_not_pooled() -> None:
-    pool = BufferPool(max_pooled_nbytes=8192)
+    pool = BufferPool(min_pooled_nbytes=0, max_pooled_nbytes=8192)
     view = pool(10_000)
     assert pool.nbytes_outstanding == 10_000  # not rounded up to 16 KiB
     pool.release(view)
@@ -251,13 +251,13 @@ def test_buffer_pool_request_over_bound_is_exact_and_not_pooled() -> None:
 
 
 def test_buffer_pool_zero_bound_pools_nothing() -> None:
-    pool = BufferPool(max_pooled_nbytes=0)
+    pool = BufferPool(min_pooled_nbytes=0, max_pooled_nbytes=0)
     pool.release(pool(1))
     assert pool.nbytes_pooled == 0
 
 
 def test_buffer_pool_release_all_reports_failures_after_releasing_the_rest() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     good = [pool(10), pool(20)]
     with pytest.raises(ValueError, match="1 buffer"):
         pool.release_all([good[0], bytearray(3), good[1]])
@@ -265,7 +265,7 @@ def test_buffer_pool_release_all_reports_failures_after_releasing_the_rest() -> 
 
 
 def test_buffer_pool_release_all_accepts_reader_frames() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     reader = FrameReader(pool)
     reader.feed(pack_header([3, 0, 70_000]) + b"abc" + b"\x07" * 70_000)
     frames = reader.next_message()
@@ -277,7 +277,7 @@ def test_buffer_pool_release_all_accepts_reader_frames() -> None:
 
 
 def test_buffer_pool_borrow_context_manager() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     with pool.borrow(100) as buf:
         assert buf.nbytes == 100
         buf[:] = b"z" * 100
@@ -289,7 +289,7 @@ def test_buffer_pool_borrow_context_manager() -> None:
 
 
 def test_buffer_pool_clear() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     kept = pool(10)
     pool.release(pool(10))
     pool.clear()
@@ -299,21 +299,21 @@ def test_buffer_pool_clear() -> None:
 
 
 def test_buffer_pool_defaults_and_validation() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     assert (pool.max_pooled_nbytes, pool.min_size_class) == (DEFAULT_MAX_POOLED_NBYTES, DEFAULT_MIN_SIZE_CLASS)
     assert (DEFAULT_MAX_POOLED_NBYTES, DEFAULT_MIN_SIZE_CLASS) == (256 << 20, 4096)
     with pytest.raises(ValueError, match="max_pooled_nbytes"):
-        BufferPool(max_pooled_nbytes=-1)
+        BufferPool(min_pooled_nbytes=0, max_pooled_nbytes=-1)
     for bad in (0, -4, 3000):
         with pytest.raises(ValueError, match="min_size_class"):
-            BufferPool(min_size_class=bad)
+            BufferPool(min_pooled_nbytes=0, min_size_class=bad)
     with pytest.raises(ValueError, match="nbytes"):
         pool(-1)
     assert "hits=0" in repr(pool)
 
 
 def test_buffer_pool_without_numpy_uses_bytearray_backing(no_numpy: None) -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     view = pool(100)
     assert type(view.obj) is bytearray
     addr = address(view)
@@ -322,7 +322,7 @@ def test_buffer_pool_without_numpy_uses_bytearray_backing(no_numpy: None) -> Non
 
 
 def test_buffer_pool_concurrent_release() -> None:
-    pool = BufferPool()
+    pool = BufferPool(min_pooled_nbytes=0)
     views = [pool(64) for _ in range(400)]
     chunks = [views[i::4] for i in range(4)]
     threads = [threading.Thread(target=pool.release_all, args=(chunk,)) for chunk in chunks]
@@ -450,3 +450,24 @@ def test_recycling_buffer_dying_under_the_allocators_own_lock_does_not_deadlock(
     thread.join(5)
     assert not thread.is_alive(), "deadlocked"
     assert recycler.nbytes_retained == 4 << 20
+
+
+def test_buffer_pool_serves_small_requests_with_untracked_bytearrays():
+    """Under min_pooled_nbytes (16 KiB by default) a pool round trip costs
+    more than it saves: a fresh bytearray, not tracked, released as a no-op."""
+    pool = BufferPool()
+    assert pool.min_pooled_nbytes == 16 * 1024
+    small = pool(1024)
+    assert type(small.obj) is bytearray and small.nbytes == 1024
+    assert (pool.nbuffers_outstanding, pool.hits, pool.misses) == (0, 0, 0)
+    pool.release(small)  # no-op
+    pool.release_all([small, pool(0)])
+    big = pool(64 * 1024)
+    assert (pool.nbuffers_outstanding, pool.misses) == (1, 1)
+    pool.release(big[:10])  # a small part of a pooled buffer releases all of it
+    assert pool.nbuffers_outstanding == 0 and pool.nbytes_pooled == 64 * 1024
+    assert pool(40 * 1024).obj is big.obj and pool.hits == 1
+    with pool.borrow(100) as buf:
+        assert type(buf.obj) is bytearray
+    with pytest.raises(ValueError, match="min_pooled_nbytes"):
+        BufferPool(min_pooled_nbytes=-1)

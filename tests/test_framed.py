@@ -55,7 +55,7 @@ def _digest(frames):
 def test_framed_random_messages_round_trip_by_hash(make_pair, allocator):
     async def main():
         server, client = await make_pair()
-        pool = BufferPool()
+        pool = BufferPool(min_pooled_nbytes=0)
         alloc = {"bytearray": bytearray_allocator, "uninitialized": uninitialized_allocator, "pool": pool}[allocator]
         fs_server, fs_client = FramedStream(server, allocator=alloc), FramedStream(client)
         rng = random.Random(allocator)

@@ -695,7 +695,7 @@ def test_framing_and_allocators_import_without_tornado_or_socket() -> None:
         import tornado_readinto.framing as framing
         import tornado_readinto.allocators as allocators
         assert not any(m.startswith("tornado.") for m in sys.modules), sorted(sys.modules)
-        reader = framing.FrameReader(allocators.BufferPool())
+        reader = framing.FrameReader(allocators.BufferPool(min_pooled_nbytes=0))
         reader.feed(framing.pack_header([2]) + b"ok")
         assert bytes(reader.next_message()[0]) == b"ok"
         assert len(allocators.uninitialized_allocator(10)) == 10

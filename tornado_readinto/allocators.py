@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_MAX_POOLED_NBYTES",
+    "DEFAULT_MIN_POOLED_NBYTES",
     "DEFAULT_MIN_SIZE_CLASS",
     "HUGEPAGE_MIN_NBYTES",
     "RECYCLE_GRANULE_NBYTES",
@@ -81,6 +82,14 @@ RECYCLE_GRANULE_NBYTES: Final = 2 << 20
 #: Default smallest size class of a `BufferPool`: 4 KiB, one base page on
 #: x86-64 and most aarch64 kernels; smaller requests share it.
 DEFAULT_MIN_SIZE_CLASS: Final = 4096
+
+#: Default size under which a `BufferPool` request is not pooled: 16 KiB.
+#: A fresh ``bytearray`` that small costs less than a pool round trip (a
+#: small ``malloc`` reuses heap memory that is already mapped, and the
+#: memset is a fraction of a microsecond), and 16 KiB is also where a frame
+#: starts to be received straight into its buffer
+#: (``iostream.DIRECT_READ_MIN_NBYTES``).
+DEFAULT_MIN_POOLED_NBYTES: Final = 16 * 1024
 
 # ``madvise`` advice for transparent huge pages: Linux only (Python >= 3.8).
 _MADV_HUGEPAGE: Final = getattr(mmap, "MADV_HUGEPAGE", None)
@@ -213,6 +222,11 @@ class BufferPool:
 
     or, for a buffer of your own, ``with pool.borrow(nbytes) as buf: ...``.
 
+    Requests under ``min_pooled_nbytes`` (16 KiB by default) get a fresh
+    ``bytearray`` that the pool does not track, and releasing such a small
+    buffer is a no-op: for small frames a pool round trip costs more than the
+    allocation it saves.
+
     The pool keeps at most ``max_pooled_nbytes`` bytes of released buffers;
     buffers released over that bound are dropped (freed when the last view of
     them goes).  Requests larger than the bound are served at their exact
@@ -231,6 +245,8 @@ class BufferPool:
 
     :arg max_pooled_nbytes: the most bytes of released buffers to keep.
     :arg min_size_class: the smallest size class, a power of two.
+    :arg min_pooled_nbytes: requests under this many bytes are not pooled
+        (0: pool every non-empty request).
     :raises ValueError: for a negative bound, or a ``min_size_class`` that is
         not a positive power of two.
 
@@ -242,15 +258,20 @@ class BufferPool:
         *,
         max_pooled_nbytes: int = DEFAULT_MAX_POOLED_NBYTES,
         min_size_class: int = DEFAULT_MIN_SIZE_CLASS,
+        min_pooled_nbytes: int = DEFAULT_MIN_POOLED_NBYTES,
     ) -> None:
         max_pooled_nbytes = operator.index(max_pooled_nbytes)
         min_size_class = operator.index(min_size_class)
+        min_pooled_nbytes = operator.index(min_pooled_nbytes)
         if max_pooled_nbytes < 0:
             raise ValueError(f"max_pooled_nbytes must be >= 0, not {max_pooled_nbytes}")
+        if min_pooled_nbytes < 0:
+            raise ValueError(f"min_pooled_nbytes must be >= 0, not {min_pooled_nbytes}")
         if min_size_class < 1 or min_size_class & (min_size_class - 1):
             raise ValueError(f"min_size_class must be a positive power of two, not {min_size_class}")
         self._max_pooled_nbytes = max_pooled_nbytes
         self._min_size_class = min_size_class
+        self._min_pooled_nbytes = min_pooled_nbytes
         self._lock = threading.Lock()
         # size class -> released backing buffers (LIFO: the most recently
         # used, likeliest still in cache, goes out first)
@@ -275,6 +296,11 @@ class BufferPool:
     def min_size_class(self) -> int:
         """The smallest size class."""
         return self._min_size_class
+
+    @property
+    def min_pooled_nbytes(self) -> int:
+        """Requests under this many bytes get an untracked ``bytearray``."""
+        return self._min_pooled_nbytes
 
     @property
     def nbytes_pooled(self) -> int:
@@ -317,17 +343,19 @@ class BufferPool:
     def __call__(self, nbytes: int) -> memoryview:
         """Return a writable ``memoryview`` of exactly ``nbytes`` bytes.
 
-        A zero-byte request returns a fresh empty view that is not tracked
-        (releasing it is a no-op).
+        A request under ``min_pooled_nbytes`` (a zero-byte one included)
+        returns a view of a fresh ``bytearray`` that is not tracked (releasing
+        it is a no-op).
 
         Cost: on a hit, a few dict/list operations and a memoryview; on a miss,
-        one `uninitialized_allocator` call of the size class.
+        one `uninitialized_allocator` call of the size class; under
+        ``min_pooled_nbytes``, one ``bytearray``.
 
         :raises ValueError: if ``nbytes`` is negative.
         """
         nbytes = _check_nbytes(nbytes)
-        if nbytes == 0:
-            return memoryview(bytearray())
+        if nbytes < self._min_pooled_nbytes or nbytes == 0:
+            return memoryview(bytearray(nbytes))
         capacity = self.size_class(nbytes)
         pooled = capacity <= self._max_pooled_nbytes
         if not pooled:
@@ -363,7 +391,7 @@ class BufferPool:
         try:
             yield view
         finally:
-            if nbytes:  # zero-byte views are not tracked
+            if nbytes >= self._min_pooled_nbytes and nbytes:  # small views are not tracked
                 self._release_backing(obj, view)
 
     # -- release --------------------------------------------------------------
@@ -375,8 +403,9 @@ class BufferPool:
         memory: ``memoryview`` slices and casts of it, or the frames a
         `~tornado_readinto.framing.FrameReader` made of it, or a writable
         numpy array over it.  Releasing any part releases the whole buffer.
-        Zero-length buffers are accepted and ignored: the pool does not track
-        them (a reader's empty frames do not come from the pool).
+        Zero-length buffers, and buffers under ``min_pooled_nbytes`` that are
+        not part of a pooled buffer, are accepted and ignored: the pool does
+        not track them (a reader's empty frames do not come from the pool).
 
         Cost: O(1) for memoryviews of the handed-out buffer; other buffers are
         located by address (ctypes) among the outstanding ones, O(outstanding).
@@ -386,8 +415,11 @@ class BufferPool:
             of the pool's buffer.
         """
         view = memoryview(buf)
-        if view.nbytes == 0:
+        nbytes = view.nbytes
+        if nbytes == 0:
             return
+        if nbytes < self._min_pooled_nbytes and id(view.obj) not in self._outstanding:
+            return  # a small buffer the pool never tracked (or a foreign one)
         self._release_backing(view.obj, view)
 
     def release_all(self, bufs: Iterable[Any]) -> None:

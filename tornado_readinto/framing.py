@@ -533,6 +533,10 @@ class FrameReader:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         end = view.nbytes
+        if self._stage == _COUNT and not self._header_filled and end >= COUNT_NBYTES + LENGTH_NBYTES:
+            consumed = self._feed_whole_message(view, end)
+            if consumed:
+                return consumed
         pos = 0
         try:
             while pos < end:
@@ -583,6 +587,39 @@ class FrameReader:
             # belongs to the current message
             self._received += pos
         return pos
+
+    def _feed_whole_message(self, view: memoryview, end: int) -> int:
+        """The short path of `feed`: if ``view`` starts with a whole message
+        of at most 64 frames that passes the limits, copy its frames into
+        their buffers and return its size; else return 0 (and change
+        nothing) for the general path, which also reports what is wrong."""
+        (nframes,) = _U64.unpack_from(view, 0)
+        header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+        if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or nframes > self._max_frames or end < header_nbytes:
+            return 0
+        lengths = _lengths_struct(nframes).unpack_from(view, COUNT_NBYTES)
+        total = sum(lengths)
+        message_nbytes = header_nbytes + total
+        if end < message_nbytes or total > self._max_message_nbytes or max(lengths) > self._max_frame_nbytes:
+            return 0
+        self._nframes = nframes
+        self._lengths = lengths
+        self._expected = message_nbytes
+        self._stage = _FRAMES
+        frames = self._frames
+        pos = header_nbytes
+        for index, nbytes in enumerate(lengths):
+            if nbytes:
+                frame = self._allocate(index, nbytes)  # poisons the reader on error
+                frame[:] = view[pos : pos + nbytes]
+                pos += nbytes
+            else:
+                frame = _empty_frame()
+            frames.append(frame)
+        self._frame_index = nframes
+        self._received = message_nbytes
+        self._stage = _DONE
+        return message_nbytes
 
     def next_message(self) -> list[memoryview] | Literal[_NeedDataType.NEED_DATA]:
         """Return the frames of the current message if it is complete, and

@@ -1,0 +1,144 @@
+"""What one small message costs on the server side of a ping-pong, counted
+(never timed) over real sockets, on asyncio's default loop and on uvloop:
+syscalls per message, Futures per message, allocator calls per frame."""
+
+import asyncio
+import socket
+import struct
+
+import pytest
+from tornado.iostream import IOStream
+
+from tornado_readinto import FramedStream, ReadIntoIOStream
+from tornado_readinto import iostream as iostream_module
+from tornado_readinto.allocators import BufferPool
+from tornado_readinto.testing import RecordingSocket
+
+from .conftest import run
+
+NMESSAGES = 200
+PAYLOAD = bytes(range(256)) * 4  # 1 KiB
+HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
+
+
+class Counts:
+    """Futures made by iostream.py, by kind."""
+
+    def __init__(self, monkeypatch):
+        self.resolved = 0  # plain Futures (reads served from the read-ahead, writes)
+        self.parked = 0  # read Futures that waited for the socket
+        counts = self
+
+        class CountingFuture(iostream_module.Future):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                counts.resolved += 1
+
+        class CountingReadFuture(iostream_module._ReadFuture):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                counts.parked += 1
+
+        monkeypatch.setattr(iostream_module, "Future", CountingFuture)
+        monkeypatch.setattr(iostream_module, "_ReadFuture", CountingReadFuture)
+
+
+def _pair(**kwargs):
+    """Our server stream over a `RecordingSocket`, and a stock Tornado client
+    (whose Futures are not counted)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client_sock = socket.create_connection(listener.getsockname())
+        server_sock, _ = listener.accept()
+    for sock in (client_sock, server_sock):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return ReadIntoIOStream(RecordingSocket(server_sock), **kwargs), IOStream(client_sock)
+
+
+async def _pingpong(client, server_task, nmessages):
+    for i in range(nmessages):
+        payload = i.to_bytes(8, "little") + PAYLOAD[8:]
+        client.write(HEADER)
+        await client.write(payload)
+        head = bytearray(16)
+        body = bytearray(len(PAYLOAD))
+        await client.read_into(head)
+        await client.read_into(body)
+        assert head == HEADER and body == payload
+    client.close()
+    return await server_task
+
+
+@pytest.mark.parametrize("busy_poll_s", [0, 50e-6])
+def test_read_into_echo_costs_one_recv_one_sendmsg_three_futures_per_message(loop_name, busy_poll_s, monkeypatch):
+    async def main():
+        server, client = _pair(busy_poll_s=busy_poll_s)
+        sock = server.socket
+        counts = None
+
+        async def echo():
+            nonlocal counts
+            head, body = bytearray(16), bytearray(len(PAYLOAD))
+            for _ in range(2):  # the first read registers READ with the loop
+                await server.read_into(head)
+                await server.read_into(body)
+                await server.writelines([head, body])
+            sock.reset()  # count from the third message on
+            counts = Counts(monkeypatch)
+            for _ in range(NMESSAGES - 2):
+                await server.read_into(head)
+                await server.read_into(body)
+                await server.writelines([head, body])
+            monkeypatch.undo()
+
+        await _pingpong(client, asyncio.ensure_future(echo()), NMESSAGES)
+        server.close()
+        nmessages = NMESSAGES - 2
+        received = [r for r in sock.recvs if r.received]
+        assert len(received) == nmessages and all(r.received == 16 + len(PAYLOAD) for r in received)
+        assert len(sock.recvs) == nmessages  # no recv that was bound to fail with EAGAIN
+        assert sock.sends == [16 + len(PAYLOAD)] * nmessages and sock.sendmsg_buffers == [2] * nmessages
+        # per message: the header read waits for the socket; the payload read
+        # and the write are already resolved when they return
+        assert (counts.parked, counts.resolved) == (nmessages, 2 * nmessages)
+
+    run(main(), loop=loop_name)
+
+
+def test_framed_echo_costs_one_recv_one_sendmsg_two_futures_no_pool_round_trip(loop_name, monkeypatch):
+    async def main():
+        server, client = _pair()
+        sock = server.socket
+        pool = BufferPool()
+        calls = []
+
+        def allocator(nbytes):
+            calls.append(nbytes)
+            return pool(nbytes)
+
+        framed = FramedStream(server, allocator=allocator)
+        counts = None
+
+        async def echo():
+            nonlocal counts
+            for _ in range(2):  # the first read registers READ with the loop
+                await framed.write_frames(await framed.read_frames())
+            sock.reset()
+            calls.clear()
+            counts = Counts(monkeypatch)
+            for _ in range(NMESSAGES - 2):
+                frames = await framed.read_frames()
+                await framed.write_frames(frames)
+                pool.release_all(frames)
+            monkeypatch.undo()
+
+        await _pingpong(client, asyncio.ensure_future(echo()), NMESSAGES)
+        server.close()
+        nmessages = NMESSAGES - 2
+        assert len([r for r in sock.recvs if r.received]) == len(sock.recvs) == nmessages
+        assert len(sock.sends) == nmessages and sock.sendmsg_buffers == [2] * nmessages
+        assert (counts.parked, counts.resolved) == (nmessages, nmessages)
+        assert calls == [len(PAYLOAD)] * nmessages  # one allocator call per frame
+        # a 1 KiB frame is a plain bytearray: no pool bookkeeping at all
+        assert (pool.hits, pool.misses, pool.nbuffers_outstanding) == (0, 0, 0)
+
+    run(main(), loop=loop_name)
