@@ -4,6 +4,7 @@ The upstream module is imported (not its classes) so that pytest does not
 collect the upstream tests a second time under their own names.
 """
 
+import asyncio
 import logging
 import os
 import ssl
@@ -85,3 +86,47 @@ class TestSSLReadIntoIOStreamWebHTTPS(upstream.AsyncHTTPSTestCase, upstream.Test
 
     def get_app(self):
         return self.mixin_get_app()
+
+
+# -- the same suites on uvloop -------------------------------------------------------
+
+
+class _OnUvloop:
+    """Runs a Tornado test case on uvloop: Tornado makes each test's loop with
+    ``asyncio.new_event_loop()``, which follows the event loop policy."""
+
+    def setUp(self):
+        import uvloop
+
+        self._policy = asyncio.get_event_loop_policy()
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        super().setUp()
+
+    def tearDown(self):
+        super().tearDown()
+        asyncio.set_event_loop_policy(self._policy)
+
+    def test_the_loop_is_uvloop(self):
+        import uvloop
+
+        assert isinstance(self.io_loop.asyncio_loop, uvloop.Loop)
+
+
+class TestReadIntoIOStreamUvloop(_OnUvloop, TestReadIntoIOStream):
+    pass
+
+
+class TestSSLReadIntoIOStreamUvloop(_OnUvloop, TestSSLReadIntoIOStream):
+    pass
+
+
+class TestSSLReadIntoIOStreamContextUvloop(_OnUvloop, TestSSLReadIntoIOStreamContext):
+    pass
+
+
+class TestReadIntoIOStreamWebHTTPUvloop(_OnUvloop, TestReadIntoIOStreamWebHTTP):
+    pass
+
+
+class TestSSLReadIntoIOStreamWebHTTPSUvloop(_OnUvloop, TestSSLReadIntoIOStreamWebHTTPS):
+    pass
