@@ -55,7 +55,8 @@ def test_bench_allocate_and_fill(benchmark: BenchmarkFixture, nbytes: int, impl:
         pool.release(pool(nbytes))  # warm: measure the steady state (a hit)
         hits = pool.hits
         benchmark(_fill, pool, payload, pool.release)
-        assert pool.hits > hits
+        # small requests are not pooled: a fresh bytearray is cheaper
+        assert pool.hits > hits or nbytes < pool.min_pooled_nbytes
 
 
 @pytest.mark.benchmark(group="allocate-only")

@@ -142,3 +142,82 @@ def test_framed_echo_costs_one_recv_one_sendmsg_two_futures_no_pool_round_trip(l
         assert (pool.hits, pool.misses, pool.nbuffers_outstanding) == (0, 0, 0)
 
     run(main(), loop=loop_name)
+
+
+def test_replies_to_pipelined_messages_leave_in_one_sendmsg_and_a_lone_reply_is_never_held(loop_name):
+    async def main():
+        server, client = _pair()
+        sock = server.socket
+        messages = [HEADER + i.to_bytes(8, "little") + PAYLOAD[8:] for i in range(10)]
+        try:
+            # a lone message: its reply goes out inside writelines
+            await client.write(messages[0])
+            head, body = bytearray(16), bytearray(len(PAYLOAD))
+            await server.read_into(head)
+            await server.read_into(body)
+            sock.reset()
+            fut = server.writelines([head, body])
+            assert fut.done() and sock.sends == [len(messages[0])]
+            assert await client.read_bytes(len(messages[0])) == messages[0]
+
+            # ten pipelined messages in one segment: ten replies, one sendmsg
+            await client.write(b"".join(messages))
+            sock.reset()
+            for _ in messages:
+                await server.read_into(head)
+                await server.read_into(body)
+                await server.writelines([head, body])
+            assert sock.sends == [len(messages) * len(messages[0])]
+            assert await client.read_bytes(len(messages) * len(messages[0])) == b"".join(messages)
+
+            # replies held while the rest of a message is still to come leave
+            # as soon as the read has to wait for it
+            await client.write(messages[1] + messages[2][:100])
+            sock.reset()
+            await server.read_into(head)
+            await server.read_into(body)
+            await server.writelines([head, body])
+            assert sock.sends == []  # held: more input is read ahead
+            await server.read_into(head)  # still read ahead: no flush
+            assert sock.sends == []
+            reading = server.read_into(body)  # must wait for the socket: flushes
+            assert sock.sends == [len(messages[1])]
+            assert await client.read_bytes(len(messages[1])) == messages[1]
+            await client.write(messages[2][100:])
+            await reading
+            assert bytes(head + body) == messages[2]
+
+            # a held reply is sent before close()
+            await client.write(messages[3] + messages[4])
+            await server.read_into(head)
+            await server.read_into(body)
+            await server.writelines([head, body])
+            server.close()
+            assert await client.read_bytes(len(messages[3])) == messages[3]
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_cork_holds_only_small_buffers_and_at_most_64_kib():
+    async def main():
+        server, client = _pair()
+        sock = server.socket
+        try:
+            await client.write(HEADER * 4)
+            await server.read_bytes(16)  # 48 bytes stay read ahead
+            sock.reset()
+            server.write(bytes(8 * 1024))  # not small: sent at once
+            assert len(sock.sends) == 1
+            for _ in range(70):  # 70 KiB of small replies: the cork holds 64 KiB
+                server.write(bytes(1024))
+            assert len(sock.sends) == 2 and sock.sends[1] == 64 * 1024 + 1024
+            await server.write(b"")
+            assert await client.read_bytes(8 * 1024 + 70 * 1024) == bytes(78 * 1024)
+        finally:
+            server.close()
+            client.close()
+
+    run(main())

@@ -37,6 +37,9 @@ Strategy:
   Future (no read state, no syscall); a write to an idle plain socket is one
   ``sendmsg`` of the caller's buffers, queued only if the kernel did not take
   them all.
+* Replies written while more input is already read ahead (pipelined
+  requests) are corked: held, copied, until the reads catch up, then sent
+  together in one ``sendmsg``.  A reply to a lone message is never held.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
 """
@@ -92,6 +95,15 @@ def _iov_max() -> int:
 
 #: Buffers per ``sendmsg``: the kernel's limit (1024 on Linux).
 IOV_MAX = _iov_max()
+
+#: The most bytes of replies a stream holds back while more input is
+#: already read ahead (see `ReadIntoIOStream.writelines`): one coalescing
+#: chunk of the write buffer.
+CORK_MAX_NBYTES = 64 * 1024  # bytes
+
+#: Only buffers under this size are held back: they are copied, so their
+#: writers may reuse them at once (the write buffer's own threshold).
+_CORK_MAX_BUFFER_NBYTES = 8 * 1024  # bytes
 
 #: Bytes offered to one ``sendmsg``.  Linux's default TCP send buffer tops out
 #: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
@@ -177,6 +189,7 @@ class ReadIntoIOStream(IOStream):
         #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
         self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
+        self._corked = False  # replies are held back (see writelines)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -470,8 +483,11 @@ class ReadIntoIOStream(IOStream):
         more data, or the stream closes; return the read position or None
         (the read then waits for the selector)."""
         pos = self._receive_now()
-        if pos is None and self._busy_poll is not None and self._read_future is not None and not self._closed:
-            self._busy_poll.parked(perf_counter())
+        if pos is None and self._read_future is not None and not self._closed:
+            if self._corked:
+                self._uncork()  # the reads caught up: send the held replies
+            if self._busy_poll is not None:
+                self._busy_poll.parked(perf_counter())
         return pos
 
     def _receive_or_park(self) -> None:
@@ -789,6 +805,15 @@ class ReadIntoIOStream(IOStream):
         the caller's objects: nothing is copied or queued unless the kernel
         takes only part of them (the Future is then already resolved).
 
+        Cork: while bytes of further input are already read ahead (pipelined
+        requests), a write of small buffers (each under 8 KiB, up to
+        `CORK_MAX_NBYTES` held in all) is copied and held, and its Future is
+        resolved at once; the held bytes leave in one ``sendmsg`` with the
+        first write made once the read-ahead is drained, or when a read has
+        to wait for the socket, or on the next event-loop iteration, or
+        before `close`, whichever comes first.  A write made with nothing
+        read ahead is never held.
+
         :arg buffers: bytes-like objects (any C-contiguous buffer, sized by
             ``nbytes``); they must stay unchanged until the Future resolves.
         :raises StreamClosedError: the stream is closed.
@@ -797,6 +822,9 @@ class ReadIntoIOStream(IOStream):
         """
         self._check_closed()
         write_buffer = self._write_buffer
+        if self._read_buffer_size and self._gather and (self._corked or not write_buffer):
+            if self._cork(buffers):
+                return self._resolved(None)
         sent = 0
         blocked = False  # the kernel took only part: wait for WRITE
         if self._gather and not write_buffer and not self._connecting and self.max_write_buffer_size is None:
@@ -821,6 +849,7 @@ class ReadIntoIOStream(IOStream):
                         self._total_write_done_index += total
                         return self._resolved(None)
                     blocked = True
+        self._corked = False  # whatever is held goes out with this write
         queued = len(write_buffer)
         if self.max_write_buffer_size is not None:
             if not isinstance(buffers, (list, tuple)):
@@ -843,6 +872,51 @@ class ReadIntoIOStream(IOStream):
                 self._add_io_state(_WRITE)
             self._maybe_add_error_listener()
         return future
+
+    def _cork(self, buffers: Iterable[Any]) -> bool:
+        """Hold ``buffers`` back (copied) if they are small and the cork has
+        room; see `writelines`."""
+        if self._connecting or self.max_write_buffer_size is not None:
+            return False
+        if not isinstance(buffers, (list, tuple)):
+            return False
+        sizes = []
+        for data in buffers:
+            kind = type(data)
+            nbytes = len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+            if nbytes >= _CORK_MAX_BUFFER_NBYTES:
+                return False
+            sizes.append(nbytes)
+        write_buffer = self._write_buffer
+        total = sum(sizes)
+        if len(write_buffer) + total > CORK_MAX_NBYTES:
+            return False
+        for data in buffers:
+            write_buffer.append(data)
+        self._total_write_index += total
+        if not self._corked:
+            self._corked = True
+            self.io_loop.asyncio_loop.call_soon(self._uncork)  # type: ignore[attr-defined]
+        return True
+
+    def _uncork(self) -> None:
+        """Send what the cork holds (one ``sendmsg`` for all of it)."""
+        if not self._corked:
+            return
+        self._corked = False
+        if self._closed or not self._write_buffer:
+            return
+        self._handle_write()
+        if self._write_buffer:
+            self._add_io_state(_WRITE)
+
+    def close(self, exc_info: Any = False) -> None:
+        """As stock `IOStream.close`; replies held by the cork (see
+        `writelines`) are sent first, unless closing for an error."""
+        if self._corked and not exc_info:
+            self._uncork()
+        self._corked = False
+        super().close(exc_info)
 
     def _handle_write(self) -> None:
         if not self._gather:
