@@ -327,8 +327,8 @@ async def check_round_trip(endpoint):
         listener.stop()
 
 
-def test_comm_round_trip_nested_large_buffers(endpoint):
-    run(check_round_trip(endpoint))
+def test_comm_round_trip_nested_large_buffers(endpoint, loop_name):
+    run(check_round_trip(endpoint), loop=loop_name)
 
 
 async def check_addresses_and_repr(endpoint):
@@ -504,8 +504,8 @@ async def check_explicit_close_flushes(endpoint):
         listener.stop()
 
 
-def test_comm_closed_explicit_flushes_pending_writes(endpoint):
-    run(check_explicit_close_flushes(endpoint))
+def test_comm_closed_explicit_flushes_pending_writes(endpoint, loop_name):
+    run(check_explicit_close_flushes(endpoint), loop=loop_name)
 
 
 async def check_abort_mid_message(endpoint):
@@ -526,8 +526,8 @@ async def check_abort_mid_message(endpoint):
         listener.stop()
 
 
-def test_comm_abort_mid_message(endpoint):
-    run(check_abort_mid_message(endpoint))
+def test_comm_abort_mid_message(endpoint, loop_name):
+    run(check_abort_mid_message(endpoint), loop=loop_name)
 
 
 async def check_connect_timeout(scheme, tls_contexts, tmpdir):
@@ -591,8 +591,8 @@ async def check_read_cancellation_aborts(endpoint):
         listener.stop()
 
 
-def test_comm_read_cancellation_aborts(endpoint):
-    run(check_read_cancellation_aborts(endpoint))
+def test_comm_read_cancellation_aborts(endpoint, loop_name):
+    run(check_read_cancellation_aborts(endpoint), loop=loop_name)
 
 
 async def check_read_timeout(tcp):
@@ -733,8 +733,8 @@ async def check_backpressure_resumes(endpoint):
         listener.stop()
 
 
-def test_comm_write_backpressure(endpoint):
-    run(check_backpressure_resumes(endpoint))
+def test_comm_write_backpressure(endpoint, loop_name):
+    run(check_backpressure_resumes(endpoint), loop=loop_name)
 
 
 # -- TLS ----------------------------------------------------------------------------------
@@ -871,8 +871,8 @@ async def check_hostile_peer(endpoint, kind):
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_PAYLOADS))
-def test_hostile_peer_gets_clean_error(endpoint, kind):
-    run(check_hostile_peer(endpoint, kind))
+def test_hostile_peer_gets_clean_error(endpoint, kind, loop_name):
+    run(check_hostile_peer(endpoint, kind), loop=loop_name)
 
 
 async def check_hostile_handshake(tcp, payload):

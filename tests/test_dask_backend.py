@@ -120,8 +120,8 @@ async def check_client_server(scheme, listen_args, connect_args):
         assert comm.closed()
 
 
-def test_dask_client_server(scheme_args):
-    run(check_client_server(*scheme_args))
+def test_dask_client_server(scheme_args, loop_name):
+    run(check_client_server(*scheme_args), loop=loop_name)
 
 
 async def check_comm_closed_implicit(scheme, listen_args, connect_args):
@@ -271,8 +271,8 @@ async def check_close_flushes_and_abort_breaks(scheme, listen_args, connect_args
         assert "peer closed connection after" in str(results[0])
 
 
-def test_dask_close_flushes_abort_breaks(scheme_args):
-    run(check_close_flushes_and_abort_breaks(*scheme_args))
+def test_dask_close_flushes_abort_breaks(scheme_args, loop_name):
+    run(check_close_flushes_and_abort_breaks(*scheme_args), loop=loop_name)
 
 
 async def check_read_cancellation_aborts():
@@ -289,8 +289,8 @@ async def check_read_cancellation_aborts():
         assert isinstance(await asyncio.wait_for(server_error, 5), CommClosedError)
 
 
-def test_dask_read_cancellation_aborts():
-    run(check_read_cancellation_aborts())
+def test_dask_read_cancellation_aborts(loop_name):
+    run(check_read_cancellation_aborts(), loop=loop_name)
 
 
 async def check_garbled_message_after_handshake():
