@@ -309,7 +309,8 @@ def list_impls() -> str:
     return "\n".join(lines)
 
 
-def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+def run_meta(argv: Sequence[str]) -> dict[str, Any]:
+    """What every benchmark's JSON records about the run and the machine."""
     import tornado
 
     return {
@@ -319,6 +320,12 @@ def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "tornado": tornado.version,
+    }
+
+
+def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    return {
+        **run_meta(argv),
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "repeat": args.repeat,

@@ -10,7 +10,7 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 #: The ratio columns: msgs/s relative to these implementations, same case.
 BASELINES = ("stock-read_bytes", "threads")
@@ -48,8 +48,32 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+class RepeatedMixin:
+    """Median and spread over ``repeats`` (per-repeat metric dicts); shared by
+    the echo `Result` and the load benchmark's result."""
+
+    repeats: list[dict[str, Any]]
+    skipped: str | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is None and self.error is None and bool(self.repeats)
+
+    def values(self, metric: str) -> list[float]:
+        return [r[metric] for r in self.repeats if r.get(metric) is not None]
+
+    def median(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.median(values) if values else None
+
+    def spread(self, metric: str) -> tuple[float, float] | None:
+        values = self.values(metric)
+        return (min(values), max(values)) if values else None
+
+
 @dataclass
-class Result:
+class Result(RepeatedMixin):
     """One case of one implementation: its repeats, or why it has none."""
 
     impl: str
@@ -69,21 +93,6 @@ class Result:
     @property
     def case(self) -> tuple[int, int, str, int]:
         return (self.msize, self.nframes, self.mode, self.clients)
-
-    @property
-    def ok(self) -> bool:
-        return self.skipped is None and self.error is None and bool(self.repeats)
-
-    def values(self, metric: str) -> list[float]:
-        return [r[metric] for r in self.repeats if r.get(metric) is not None]
-
-    def median(self, metric: str) -> float | None:
-        values = self.values(metric)
-        return statistics.median(values) if values else None
-
-    def spread(self, metric: str) -> tuple[float, float] | None:
-        values = self.values(metric)
-        return (min(values), max(values)) if values else None
 
 
 def ratio(results: Sequence[Result], result: Result, baseline: str) -> float | None:
@@ -127,11 +136,12 @@ def _format_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _with_spread(result: Result, metric: str) -> str:
+def _with_spread(result: RepeatedMixin, metric: str, fmt: Callable[[float | None], str] = format_rate) -> str:
+    """``median (min-max)`` of ``metric`` over the repeats, each formatted by ``fmt``."""
     median, spread = result.median(metric), result.spread(metric)
     if spread is None or len(result.repeats) < 2:
-        return format_rate(median)
-    return f"{format_rate(median)} ({format_rate(spread[0])}-{format_rate(spread[1])})"
+        return fmt(median)
+    return f"{fmt(median)} ({fmt(spread[0])}-{fmt(spread[1])})"
 
 
 COLUMNS = ("impl", "msize", "nframes", "mode", "msgs/s", "MiB/s", "p50", "p99", "RSS srv/cli", "x stock", "x threads")

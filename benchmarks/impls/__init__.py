@@ -22,7 +22,11 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_IMPLS", "IMPLS", "ImplSpec", "availability", "load"]
+__all__ = ["DEFAULT_IMPLS", "EVENT_LOOPS", "IMPLS", "ImplSpec", "availability", "load"]
+
+#: The loops an event-loop implementation can run on (``--loop`` of the
+#: server and client processes overrides ``ImplSpec.loop`` with one of them).
+EVENT_LOOPS = ("asyncio", "uvloop")
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,20 @@ IMPLS: dict[str, ImplSpec] = {
 DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "readinto-nospin", "threads")
 
 
-def availability(spec: ImplSpec) -> str | None:
-    """None if ``spec`` can run here, else why not."""
+def availability(spec: ImplSpec, loop: str | None = None) -> str | None:
+    """None if ``spec`` can run here (on ``loop`` instead of ``spec.loop`` if
+    given), else why not."""
     if spec.unavailable:
         return spec.unavailable
-    for module in spec.requires:
+    requires = spec.requires
+    if loop is not None and loop != spec.loop:
+        if spec.loop not in EVENT_LOOPS:
+            return f"{spec.name} runs on {spec.loop}, not on an event loop"
+        if loop not in EVENT_LOOPS:
+            return f"unknown event loop {loop!r}; known: {', '.join(EVENT_LOOPS)}"
+        if loop == "uvloop":
+            requires += ("uvloop",)
+    for module in requires:
         try:
             importlib.import_module(module)
         except Exception as exc:  # ImportError, or a half-written module

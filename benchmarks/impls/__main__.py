@@ -8,6 +8,13 @@
 ``python -m benchmarks.impls client --impl NAME --port P --msize ... ``
     runs the case and prints one JSON line (see ``_common.summarize``).
 
+``--loop asyncio|uvloop`` (server and client) runs the implementation on that
+event loop instead of its registry entry's.
+
+``python -m benchmarks.impls load-client --port P --server-pid PID --clients N ...``
+    the client of ``benchmarks.load`` (see ``_loadclient``): N cheap
+    ping-pong connections, CPU of both processes per window; one JSON line.
+
 Exit status: 0 ok, 2 an echo failed verification, 1 any other error.
 """
 
@@ -20,8 +27,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import IMPLS, load
+from . import EVENT_LOOPS, IMPLS, load
+from ._async import run_loop
 from ._common import CasePlan, VerificationError, process_stats, summarize
+from ._loadclient import WIRES, LoadPlan, default_client_loop, run_load
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--impl", required=True, choices=sorted(IMPLS))
         p.add_argument("--clients", type=int, default=1)
         p.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
+        p.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: the impl's)")
     client = sub.choices["client"]
     client.add_argument("--port", type=int, required=True)
     client.add_argument("--msize", type=int, required=True)
@@ -41,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     client.add_argument("--warmup", type=float, default=0.25)
     client.add_argument("--duration", type=float, default=1.0)
     client.add_argument("--repeat", type=int, default=1)
+    lc = sub.add_parser("load-client")
+    lc.add_argument("--port", type=int, required=True)
+    lc.add_argument("--server-pid", type=int, default=0, help="process whose CPU time to sample (0: none)")
+    lc.add_argument("--clients", type=int, default=64)
+    lc.add_argument("--msize", type=int, default=1024)
+    lc.add_argument("--wire", choices=WIRES, default="framed")
+    lc.add_argument("--rate", type=float, default=0.0, help="messages/s per connection (0: as fast as possible)")
+    lc.add_argument("--warmup", type=float, default=0.5)
+    lc.add_argument("--duration", type=float, default=2.0)
+    lc.add_argument("--repeat", type=int, default=3)
+    lc.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
+    lc.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: uvloop if it imports)")
     return parser
 
 
@@ -48,30 +70,46 @@ def _emit(obj: object) -> None:
     print(json.dumps(obj), flush=True)
 
 
+def _load_client(args: argparse.Namespace) -> None:
+    plan = LoadPlan(
+        args.clients, args.msize, args.wire, args.rate, args.warmup, args.duration, args.repeat, args.server_pid
+    )
+    loop = args.loop or default_client_loop()
+    result = run_loop(loop, lambda: run_load(args.port, plan), args.timeout)
+    _emit({**result, "loop": loop, **process_stats()})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    spec = IMPLS[args.impl]
+    name = args.role if args.role == "load-client" else f"{args.role} {args.impl}"
     try:
+        if args.role == "load-client":
+            _load_client(args)
+            return 0
+        spec = IMPLS[args.impl]
+        loop = args.loop or spec.loop
+        if args.loop is not None and spec.loop not in EVENT_LOOPS:
+            raise ValueError(f"--loop {args.loop}: {args.impl} runs on {spec.loop}, not on an event loop")
         impl = load(spec)
         if args.role == "server":
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1", 0))
             listener.listen(args.clients + 8)
             _emit({"port": listener.getsockname()[1]})
-            nmessages = impl.run_server(listener, spec.loop, args.clients, args.timeout)
+            nmessages = impl.run_server(listener, loop, args.clients, args.timeout)
             _emit({"messages": nmessages, **process_stats()})
         else:
             window = 1 if args.mode == "pingpong" else args.window
             plan = CasePlan(
                 args.msize, args.nframes, args.mode, window, args.warmup, args.duration, args.repeat, args.clients
             )
-            stats = impl.run_client(args.port, plan, spec.loop, args.timeout)
+            stats = impl.run_client(args.port, plan, loop, args.timeout)
             _emit({**summarize(stats), "window": window, **process_stats()})
     except VerificationError as exc:
-        print(f"{args.role} {args.impl}: VERIFICATION FAILED: {exc}", file=sys.stderr)
+        print(f"{name}: VERIFICATION FAILED: {exc}", file=sys.stderr)
         return 2
     except BaseException:
-        print(f"{args.role} {args.impl}: failed", file=sys.stderr)
+        print(f"{name}: failed", file=sys.stderr)
         traceback.print_exc()
         return 1
     return 0

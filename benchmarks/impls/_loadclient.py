@@ -1,0 +1,400 @@
+"""The client process of ``python -m benchmarks.load``: many connections in
+one process, each a small ``asyncio.BufferedProtocol`` (no coroutine, no
+Future per message), so that the client costs little next to the server it
+measures.
+
+Every connection ping-pongs one message: it sends the next one from the
+callback that completes the echo of the previous one (or ``1/rate`` seconds
+later).  A message is the same bytes every time except for its sequence
+stamp, so the echo must be byte-identical to what was sent:
+
+``framed`` wire
+    ``nframes=1:u64le, nbytes:u64le, payload``; the stamp is the payload's
+    first 8 bytes.
+``comm`` wire (``tornado_readinto.comm``)
+    after the comm handshake (one framed msgpack map each way), one framed
+    message per ``{"op": "echo", "frames": [payload]}``, encoded once with the
+    comm's own `encode_message`; the stamp is patched into the payload's first
+    8 bytes where it lies in the encoding (inside the msgpack header under
+    64 KiB, its own frame above).  The comm server decodes and re-encodes the
+    same dict, so its echo is byte-identical too.
+
+Every echo is checked: the bytes before the stamp (framing header, msgpack
+prefix: message count and sizes) and the stamp itself; the first and the last
+echo of each connection byte for byte.  At each window boundary the process
+samples the server's CPU time from ``/proc/<pid>/stat`` and its own
+(``time.process_time``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from ._async import HOST, prepare_socket
+from ._common import U64, VerificationError, pack_header, percentile
+
+#: Message formats the client speaks (see the module docstring).
+WIRES = ("framed", "comm")
+
+#: Seconds between connection attempts while a comm server re-listens.
+_CONNECT_RETRY_S = 0.01
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What the load client does (the orchestrator passes it on argv)."""
+
+    clients: int  # connections
+    msize: int  # payload bytes per message
+    wire: str  # one of WIRES
+    rate: float  # messages/s per connection; 0 = as fast as possible
+    warmup_s: float
+    duration_s: float  # per window
+    repeat: int  # windows
+    server_pid: int  # whose CPU time to sample; 0 = none
+
+
+@dataclass(frozen=True)
+class Template:
+    """One message on the wire, and where its stamp goes."""
+
+    wire: bytes
+    stamp_offset: int
+    prelude: bytes = b""  # sent once after connecting (the comm handshake)
+
+
+def make_payload(msize: int, seed: int) -> bytes:
+    if msize < U64.size:
+        raise ValueError(f"msize {msize} is below {U64.size} bytes: no room for the stamp")
+    return random.Random(seed).randbytes(msize)
+
+
+def framed_template(payload: bytes) -> Template:
+    return Template(pack_header([payload]) + payload, 2 * U64.size)
+
+
+def comm_template(payload: bytes) -> Template:
+    """The comm encoding of ``{"op": "echo", "frames": [payload]}``, with the handshake as prelude."""
+    import msgpack
+
+    from tornado_readinto.comm import PROTOCOL_NAME, PROTOCOL_VERSION
+    from tornado_readinto.message import decode_message, encode_message
+
+    frames = [bytes(f) for f in encode_message({"op": "echo", "frames": [payload]})]
+    wire = pack_header(frames) + b"".join(frames)
+    offset = wire.find(payload)
+    if offset < 0 or wire.find(payload, offset + 1) >= 0:  # pragma: no cover - random payloads
+        raise ValueError("cannot locate the payload in the comm encoding")
+    decoded = decode_message([memoryview(f) for f in frames])
+    if decoded["op"] != "echo" or [bytes(f) for f in decoded["frames"]] != [payload]:  # pragma: no cover
+        raise ValueError("the comm encoding does not round-trip")
+    handshake = msgpack.packb(
+        {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION, "allow_pickle": False}, use_bin_type=True
+    )
+    return Template(wire, offset, pack_header([handshake]) + handshake)
+
+
+def make_template(wire: str, msize: int, seed: int) -> Template:
+    payload = make_payload(msize, seed)
+    if wire == "framed":
+        return framed_template(payload)
+    if wire == "comm":
+        return comm_template(payload)
+    raise ValueError(f"unknown wire {wire!r}; known: {', '.join(WIRES)}")
+
+
+def read_process_cpu_s(pid: int) -> float | None:
+    """utime + stime of process ``pid`` in seconds (``/proc/<pid>/stat``
+    fields 14 and 15; clock-tick resolution), or None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # field 2 (comm) is in parentheses and may hold spaces: split after it
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Bench:
+    """What the connections share: counters, latency samples, the stop flag."""
+
+    def __init__(self, plan: LoadPlan) -> None:
+        self.plan = plan
+        self.loop = asyncio.get_running_loop()
+        self.nechoes = 0
+        self.latencies: list[float] = []
+        self.stopping = False
+        self.nfinished = 0
+        self.error: BaseException | None = None
+        self.wakeup: asyncio.Future[None] = self.loop.create_future()
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        if not self.wakeup.done():
+            self.wakeup.set_result(None)
+
+    def finished(self) -> None:
+        self.nfinished += 1
+        if self.nfinished == self.plan.clients and not self.wakeup.done():
+            self.wakeup.set_result(None)
+
+    async def wait(self, timeout_s: float | None) -> None:
+        """Sleep ``timeout_s`` (None: until all connections finished); raise the first failure."""
+        await asyncio.wait([self.wakeup], timeout=timeout_s)
+        if self.error is not None:
+            raise self.error
+
+
+class _LoadConn(asyncio.BufferedProtocol):
+    """One ping-pong connection: receives each echo straight into one buffer
+    (``get_buffer`` returns exactly the bytes still missing), checks it and
+    sends the next message from the same callback."""
+
+    def __init__(self, bench: _Bench, index: int, template: Template) -> None:
+        self.bench = bench
+        self.index = index
+        self.message = bytearray(template.wire)
+        self.nbytes = len(self.message)
+        self.stamp_offset = template.stamp_offset
+        self.prefix = bytes(self.message[: template.stamp_offset])
+        self.received = bytearray(self.nbytes)
+        self.view = memoryview(self.received)
+        self.filled = 0
+        self.seq = 0  # the message in flight
+        self.t_sent = 0.0
+        self.delay_s = 1.0 / bench.plan.rate if bench.plan.rate > 0 else 0.0
+        self.transport: asyncio.Transport | None = None
+        self.verified_messages = 0
+        self.full_compares = 0
+        self.done = False
+
+    # -- sending ---------------------------------------------------------------
+
+    def send(self) -> None:
+        if self.done or self.bench.error is not None or self.transport is None:
+            return
+        U64.pack_into(self.message, self.stamp_offset, self.seq)
+        self.t_sent = perf_counter()
+        self.transport.write(self.message)
+
+    # -- receiving -------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.view[self.filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+        if self.filled < self.nbytes:
+            return
+        self.filled = 0
+        now = perf_counter()
+        bench = self.bench
+        last = bench.stopping and self.seq > 0
+        try:
+            self._check()
+            if last:
+                self._compare()  # the last echo, byte for byte
+        except VerificationError as exc:
+            bench.fail(exc)
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        bench.nechoes += 1
+        bench.latencies.append(now - self.t_sent)
+        if last:
+            self.done = True
+            bench.finished()
+            return
+        self.seq += 1
+        if self.delay_s:
+            bench.loop.call_later(self.delay_s, self.send)
+        else:
+            self.send()
+
+    def _check(self) -> None:
+        received, seq = self.received, self.seq
+        stamp = U64.unpack_from(received, self.stamp_offset)[0]
+        if stamp != seq:
+            raise VerificationError(f"connection {self.index}: expected the echo of message {seq}, got stamp {stamp}")
+        if received[: self.stamp_offset] != self.prefix:
+            raise VerificationError(f"connection {self.index}: echo {seq} has another header (count or sizes)")
+        self.verified_messages += 1
+        if seq == 0:
+            self._compare()  # the first echo, byte for byte
+
+    def _compare(self) -> None:
+        if self.received != self.message:
+            raise VerificationError(f"connection {self.index}: echo {self.seq} differs from what was sent")
+        self.full_compares += 1
+
+    # -- transport callbacks ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+
+    def eof_received(self) -> bool | None:
+        return None  # close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done:
+            reason = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+            self.bench.fail(ConnectionError(f"connection {self.index} lost at message {self.seq}{reason}"))
+
+
+async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, nbytes: int) -> bytes:
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    filled = 0
+    while filled < nbytes:
+        n = await loop.sock_recv_into(sock, view[filled:])
+        if not n:
+            raise ConnectionError(f"server closed the connection during the handshake ({filled} of {nbytes} bytes)")
+        filled += n
+    return bytes(buf)
+
+
+async def _check_comm_handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Read and check the comm server's handshake (one frame, a msgpack map)."""
+    import msgpack
+
+    from tornado_readinto.comm import HANDSHAKE_MAX_NBYTES, PROTOCOL_NAME, PROTOCOL_VERSION
+
+    nframes, nbytes = U64.unpack(await _recv_exactly(loop, sock, U64.size)) + U64.unpack(
+        await _recv_exactly(loop, sock, U64.size)
+    )
+    if nframes != 1 or nbytes > HANDSHAKE_MAX_NBYTES:
+        raise VerificationError(f"bad comm handshake header: {nframes} frames, {nbytes} bytes")
+    remote = msgpack.unpackb(await _recv_exactly(loop, sock, nbytes), raw=False)
+    if not isinstance(remote, dict) or (remote.get("protocol"), remote.get("version")) != (
+        PROTOCOL_NAME,
+        PROTOCOL_VERSION,
+    ):
+        raise VerificationError(f"bad comm handshake: {remote!r}")
+
+
+async def _open(bench: _Bench, index: int, port: int, template: Template, deadline: float) -> _LoadConn:
+    """Connect (retrying while the server is not listening yet), run the prelude, wrap in a `_LoadConn`."""
+    loop = bench.loop
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        prepare_socket(sock)
+        try:
+            await loop.sock_connect(sock, (HOST, port))
+            break
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(_CONNECT_RETRY_S)
+        except BaseException:
+            sock.close()
+            raise
+    try:
+        if template.prelude:
+            await loop.sock_sendall(sock, template.prelude)
+            await _check_comm_handshake(loop, sock)
+        _, conn = await loop.create_connection(lambda: _LoadConn(bench, index, template), sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return conn  # type: ignore[return-value]
+
+
+class _Snapshot:
+    """The counters at one window boundary."""
+
+    def __init__(self, bench: _Bench) -> None:
+        self.t = perf_counter()
+        self.nechoes = bench.nechoes
+        self.server_cpu_s = read_process_cpu_s(bench.plan.server_pid) if bench.plan.server_pid else None
+        self.client_cpu_s = time.process_time()
+        self.latencies = bench.latencies
+        bench.latencies = []
+
+
+def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
+    """One repeat: rate, CPU per message and per second of both processes, latency."""
+    elapsed = end.t - start.t
+    messages = end.nechoes - start.nechoes
+    client_cpu = end.client_cpu_s - start.client_cpu_s
+    server_cpu = (
+        end.server_cpu_s - start.server_cpu_s
+        if end.server_cpu_s is not None and start.server_cpu_s is not None
+        else None
+    )
+    latencies = sorted(end.latencies)  # the echoes of this window
+
+    def per_msg_us(cpu_s: float | None) -> float | None:
+        return cpu_s / messages * 1e6 if cpu_s is not None and messages else None
+
+    def pct(cpu_s: float | None) -> float | None:
+        return cpu_s / elapsed * 100 if cpu_s is not None and elapsed > 0 else None
+
+    return {
+        "messages": messages,
+        "elapsed_s": elapsed,
+        "msgs_per_s": messages / elapsed if elapsed > 0 else 0.0,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
+        "server_cpu_us_per_msg": per_msg_us(server_cpu),
+        "client_cpu_us_per_msg": per_msg_us(client_cpu),
+        "server_cpu_pct": pct(server_cpu),
+        "client_cpu_pct": pct(client_cpu),
+        "p50_s": percentile(latencies, 0.50),
+        "p99_s": percentile(latencies, 0.99),
+    }
+
+
+async def run_load(port: int, plan: LoadPlan, connect_timeout_s: float = 30.0) -> dict[str, Any]:
+    """The whole case in this process; returns its JSON result."""
+    bench = _Bench(plan)
+    deadline = time.monotonic() + connect_timeout_s
+    templates = [make_template(plan.wire, plan.msize, seed=i) for i in range(plan.clients)]
+    started = perf_counter()
+    conns: Sequence[_LoadConn] = ()
+    try:
+        conns = await asyncio.gather(*(_open(bench, i, port, templates[i], deadline) for i in range(plan.clients)))
+        connect_s = perf_counter() - started
+        for i, conn in enumerate(conns):  # message 0; at a fixed rate spread over one period, not in lockstep
+            if plan.rate:
+                bench.loop.call_later(i / (plan.clients * plan.rate), conn.send)
+            else:
+                conn.send()
+        await bench.wait(plan.warmup_s)
+        marks = [_Snapshot(bench)]
+        for _ in range(plan.repeat):
+            await bench.wait(plan.duration_s)
+            marks.append(_Snapshot(bench))
+        bench.stopping = True  # each connection stops at its next echo
+        if bench.nfinished < plan.clients:
+            await bench.wait(None)
+    finally:
+        for conn in conns:
+            if conn.transport is not None:
+                conn.transport.close()
+    return {
+        "repeats": [window_metrics(a, b) for a, b in zip(marks, marks[1:])],
+        "messages_sent": sum(c.seq + 1 for c in conns),
+        "verified_messages": sum(c.verified_messages for c in conns),
+        "full_compares": sum(c.full_compares for c in conns),
+        "connect_s": connect_s,
+    }
+
+
+def default_client_loop() -> str:
+    """uvloop when it imports, else asyncio."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"

@@ -1,0 +1,345 @@
+"""The load benchmark (``python -m benchmarks.load``): its pure parts on
+hand-made results (ratios, table, JSON, arguments), the load client's checks
+on fake transports, and short real runs (separate server and client
+processes) on asyncio, on uvloop and against the comm server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import load
+from benchmarks.impls import IMPLS, availability
+from benchmarks.impls.__main__ import main as impls_main
+from benchmarks.impls._common import U64, VerificationError
+from benchmarks.impls._loadclient import (
+    LoadPlan,
+    Template,
+    _Bench,
+    _LoadConn,
+    comm_template,
+    framed_template,
+    make_payload,
+    read_process_cpu_s,
+)
+from benchmarks.load import LoadResult, format_table, parse_args, plan_cases, ratio, result_from_json, to_json
+
+
+def make_result(server: str, loop: str, us_per_msg: list[float], clients: int = 64, **kw: Any) -> LoadResult:
+    repeats = [
+        {
+            "msgs_per_s": 1e6 / us,
+            "messages": 1000,
+            "server_cpu_us_per_msg": us,
+            "client_cpu_us_per_msg": 10.0,
+            "server_cpu_pct": 97.0,
+            "client_cpu_pct": 50.0,
+            "p50_s": 1e-4,
+            "p99_s": 3e-4,
+        }
+        for us in us_per_msg
+    ]
+    return LoadResult(server, loop, clients, repeats=repeats, verified_messages=3000, **kw)
+
+
+@pytest.fixture
+def results() -> list[LoadResult]:
+    return [
+        make_result("stock", "asyncio", [60, 64, 70]),
+        make_result("readinto", "asyncio", [30, 32, 40]),
+        make_result("asyncio-streams", "asyncio", [40, 41, 39]),
+        make_result("stock", "uvloop", [50, 50, 50]),
+        make_result("readinto", "uvloop", [20, 25, 21]),  # no asyncio-streams on uvloop
+        make_result("readinto", "asyncio", [33], clients=256),  # no baseline with 256 connections
+        LoadResult("framed", "asyncio", 64, error="load-client exited with status 2: VERIFICATION FAILED\ntrace"),
+        LoadResult("comm", "uvloop", 64, skipped="needs msgpack"),
+        LoadResult("comm", "uvloop", 256, skipped="needs msgpack"),
+    ]
+
+
+# -- ratios, table, JSON, plot ------------------------------------------------------
+
+
+def test_ratio_same_loop_and_case_only(results: list[LoadResult]) -> None:
+    stock, readinto, streams, uv_stock, uv_readinto, big, failed = results[:7]
+    assert ratio(results, readinto, "stock") == pytest.approx(32 / 64)
+    assert ratio(results, readinto, "asyncio-streams") == pytest.approx(32 / 40)
+    assert ratio(results, streams, "asyncio-streams") == pytest.approx(1.0)
+    assert ratio(results, uv_readinto, "stock") == pytest.approx(21 / 50)  # uvloop's stock, not asyncio's
+    assert ratio(results, uv_readinto, "asyncio-streams") is None  # not on uvloop in this run
+    assert ratio(results, big, "stock") is None  # no stock with 256 connections
+    assert ratio(results, failed, "stock") is None
+    assert ratio(results, readinto, "stock", metric="msgs_per_s") == pytest.approx((1e6 / 32) / (1e6 / 64))
+
+
+def test_format_table(results: list[LoadResult]) -> None:
+    table = format_table(results)
+    lines = table.splitlines()
+    assert "median of 3 repeats" in table and "lower is cheaper" in table
+    header = next(line for line in lines if line.startswith("server"))
+    assert header.endswith("x asyncio-streams  x stock")
+    readinto = next(line for line in lines if line.startswith("readinto ") and "asyncio" in line and " 64 " in line)
+    assert "32 (30-40)" in readinto  # server us/msg: median (min-max)
+    assert "31.2k (25k-33.3k)" in readinto  # msgs/s
+    assert "300us" in readinto and "97%" in readinto and " max " in readinto
+    assert readinto.split()[-2:] == ["0.80x", "0.50x"]
+    uv_readinto = next(line for line in lines if line.startswith("readinto ") and "uvloop" in line)
+    assert uv_readinto.split()[-2:] == ["-", "0.42x"]
+    big = next(line for line in lines if " 256 " in line and line.startswith("readinto"))
+    assert big.split()[-2:] == ["-", "-"] and " 33 " in big and "(" not in big  # one repeat: no spread
+    failed = next(line for line in lines if line.startswith("framed "))
+    assert "FAILED: load-client exited with status 2: VERIFICATION FAILED" in failed and "trace" not in table
+    assert [line for line in lines if line.startswith("SKIPPED")] == ["SKIPPED comm on uvloop: needs msgpack"]
+    # a blank line between loops and between cases
+    body = lines[lines.index(header) + 2 :]
+    assert body[3] == "" and body[4].startswith("stock ") and "uvloop" in body[4]
+
+
+def test_format_table_empty() -> None:
+    assert "server" in format_table([]) and "SKIPPED" not in format_table([])
+
+
+def test_to_json_round_trips(results: list[LoadResult]) -> None:
+    data = json.loads(json.dumps(to_json(results, {"argv": ["--full"]})))
+    assert data["meta"] == {"argv": ["--full"]}
+    entries = data["results"]
+    assert [e["status"] for e in entries] == ["ok"] * 6 + ["failed", "skipped", "skipped"]
+    readinto = entries[1]
+    assert readinto["server_cpu_us_per_msg"] == {"median": 32, "min": 30, "max": 40}
+    assert readinto["x_stock"] == pytest.approx(0.5) and readinto["x_asyncio-streams"] == pytest.approx(0.8)
+    assert readinto["impl"] == "readinto" and readinto["wire"] == "framed" and readinto["msize_text"] == "1KiB"
+    assert entries[0]["impl"] == "stock-read_bytes"
+    again = [result_from_json(e) for e in entries]
+    assert to_json(again, {"argv": ["--full"]}) == data
+
+
+def test_plot_writes_png(tmp_path: Path, results: list[LoadResult]) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "load.png"
+    load.plot(results, str(path))
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 5000
+    load.plot([results[-1]], str(tmp_path / "empty.png"))  # nothing measured
+    assert (tmp_path / "empty.png").read_bytes().startswith(b"\x89PNG")
+
+
+# -- arguments -----------------------------------------------------------------------
+
+
+def test_parse_args_defaults() -> None:
+    args = parse_args([])
+    assert args.server == list(load.LOAD_SERVERS) and args.loop == load.default_loops()
+    assert args.clients == [64] and args.msize == [1024] and args.rate == [0.0]
+    assert (args.warmup, args.duration, args.repeat) == (0.5, 2.0, 3)
+    assert args.json is None and args.plot is None and args.client_loop is None
+    full = parse_args(["--full"])
+    assert full.clients == [1, 16, 64, 256] and full.server == list(load.LOAD_SERVERS)
+    assert parse_args(["--full", "--clients", "8"]).clients == [8]  # explicit flags win
+
+
+def test_parse_args_lists_and_plan() -> None:
+    args = parse_args(["--server", "stock, readinto", "--loop", "asyncio,uvloop", "--clients", "1,16",
+                       "--msize", "64KiB", "--rate", "100", "--client-loop", "asyncio"])  # fmt: skip
+    assert args.server == ["stock", "readinto"] and args.msize == [65536] and args.rate == [100.0]
+    assert args.client_loop == "asyncio"
+    cases = plan_cases(args)
+    assert len(cases) == 8
+    # servers innermost (compared back to back), then loops, then connection counts
+    assert [(c.server, c.loop, c.clients) for c in cases[:3]] == [
+        ("stock", "asyncio", 1),
+        ("readinto", "asyncio", 1),
+        ("stock", "uvloop", 1),
+    ]
+    assert {(c.msize, c.rate) for c in cases} == {(65536, 100.0)}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--server", "nope"], ["--loop", "trio"], ["--clients", "0"], ["--msize", "4"], ["--rate", "-1"],
+     ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"]],
+)  # fmt: skip
+def test_parse_args_rejects(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_every_load_server_maps_to_an_event_loop_impl() -> None:
+    for name, (impl, wire) in load.LOAD_SERVERS.items():
+        assert IMPLS[impl].loop == "asyncio", name
+        assert wire in ("framed", "comm")
+    assert availability(IMPLS["threads"], "uvloop") is not None
+    assert availability(IMPLS["readinto"], "asyncio") is None
+    assert "readinto" in load.list_servers()
+
+
+def test_impls_server_refuses_loop_for_threads(capsys: pytest.CaptureFixture[str]) -> None:
+    assert impls_main(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"]) == 1
+    assert "not on an event loop" in capsys.readouterr().err
+
+
+# -- the load client's pieces ----------------------------------------------------------
+
+
+def test_read_process_cpu_s() -> None:
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("no /proc")
+    cpu = read_process_cpu_s(os.getpid())
+    assert cpu is not None and cpu > 0
+    assert read_process_cpu_s(2**22 + 12345) is None  # no such process
+
+
+def test_templates() -> None:
+    payload = make_payload(1024, seed=1)
+    framed = framed_template(payload)
+    assert framed.wire == U64.pack(1) + U64.pack(1024) + payload and framed.stamp_offset == 16
+    assert not framed.prelude
+    pytest.importorskip("msgpack")
+    for msize in (1024, 128 << 10):  # inline in the msgpack header; out of band
+        comm = comm_template(make_payload(msize, seed=2))
+        nframes = U64.unpack_from(comm.wire)[0]
+        assert nframes == (1 if msize < 64 << 10 else 2)
+        assert comm.wire[comm.stamp_offset : comm.stamp_offset + 16] == make_payload(msize, seed=2)[:16]
+        assert comm.prelude.startswith(U64.pack(1))
+    with pytest.raises(ValueError):
+        make_payload(4, seed=0)
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        pass
+
+
+def _feed(conn: _LoadConn, data: bytes, chunk: int = 100) -> None:
+    for start in range(0, len(data), chunk):
+        piece = data[start : start + chunk]
+        buf = conn.get_buffer(-1)
+        buf[: len(piece)] = piece
+        conn.buffer_updated(len(piece))
+
+
+def _conn(template: Template) -> tuple[_Bench, _LoadConn, FakeTransport]:
+    bench = _Bench(LoadPlan(1, 64, "framed", 0.0, 0.0, 1.0, 1, 0))
+    conn = _LoadConn(bench, 0, template)
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.send()
+    return bench, conn, transport
+
+
+def test_load_conn_pingpongs_and_checks() -> None:
+    async def main() -> None:
+        bench, conn, transport = _conn(framed_template(make_payload(300, seed=0)))
+        for seq in range(3):
+            assert U64.unpack_from(transport.written[-1], 16)[0] == seq
+            _feed(conn, transport.written[-1])  # a perfect echo, in pieces
+        assert bench.error is None and bench.nechoes == 3 and len(bench.latencies) == 3
+        assert conn.verified_messages == 3 and conn.full_compares == 1 and len(transport.written) == 4
+        bench.stopping = True
+        _feed(conn, transport.written[-1])
+        assert conn.done and bench.nfinished == 1 and conn.full_compares == 2 and len(transport.written) == 4
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda echo, first: first, "got stamp 0"),  # a stale echo
+        (lambda echo, first: echo[:8] + U64.pack(299) + echo[16:], "another header"),
+        (lambda echo, first: first[:-1] + bytes([first[-1] ^ 1]), "differs"),  # first echo, payload byte
+    ],
+)
+def test_load_conn_rejects_bad_echoes(corrupt: Any, message: str) -> None:
+    async def main() -> None:
+        bench, conn, transport = _conn(framed_template(make_payload(300, seed=0)))
+        first = transport.written[0]
+        if message != "differs":
+            _feed(conn, first)
+        _feed(conn, corrupt(transport.written[-1], first))
+        assert isinstance(bench.error, VerificationError) and message in str(bench.error)
+        assert transport.aborted
+
+    asyncio.run(main())
+
+
+# -- real runs ---------------------------------------------------------------------------
+
+SMOKE = ["--clients", "4", "--duration", "0.2", "--repeat", "1", "--warmup", "0.1"]
+
+
+def _check_entries(entries: list[dict[str, Any]], clients: int) -> None:
+    for e in entries:
+        assert e["status"] == "ok", e["error"]
+        assert e["verified_messages"] > 0 and e["verified_messages"] == e["messages_sent"]
+        assert e["messages_echoed_by_server"] == e["messages_sent"]
+        assert e["full_compares"] == 2 * clients
+        assert e["msgs_per_s"]["median"] > 0
+        if os.path.exists("/proc/self/stat"):
+            assert e["server_cpu_us_per_msg"]["median"] > 0 and e["server_cpu_pct"]["median"] > 0
+        assert e["client_cpu_us_per_msg"]["median"] > 0 and e["p99_s"]["median"] > 0
+
+
+def test_load_smoke_asyncio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two servers on asyncio, 4 connections each: verified, with server CPU per message."""
+    out = tmp_path / "load.json"
+    argv = ["--server", "readinto,asyncio-streams", "--loop", "asyncio", "--client-loop", "asyncio", *SMOKE]
+    assert load.main([*argv, "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "x asyncio-streams" in captured.out and "FAILED" not in captured.out
+    assert sum(line.startswith("[") for line in captured.err.splitlines()) == 2  # progress per case
+    data = json.loads(out.read_text())
+    assert data["meta"]["tornado"] and "uvloop" in data["meta"] and data["meta"]["repeat"] == 1
+    assert data["meta"]["client_loop"] == "asyncio"
+    entries = data["results"]
+    assert [(e["server"], e["loop"], e["client_loop"]) for e in entries] == [
+        ("readinto", "asyncio", "asyncio"),
+        ("asyncio-streams", "asyncio", "asyncio"),
+    ]
+    _check_entries(entries, 4)
+    assert entries[1]["x_asyncio-streams"] == pytest.approx(1.0)
+
+
+def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ReadIntoIOStream on uvloop, and the comm server (handshake, msgpack messages)."""
+    pytest.importorskip("uvloop")
+    pytest.importorskip("msgpack")
+    out = tmp_path / "load.json"
+    assert load.main(["--server", "readinto,comm", "--loop", "uvloop", *SMOKE, "--json", str(out)]) == 0
+    entries = json.loads(out.read_text())["results"]
+    assert [(e["server"], e["loop"], e["wire"]) for e in entries] == [
+        ("readinto", "uvloop", "framed"),
+        ("comm", "uvloop", "comm"),
+    ]
+    _check_entries(entries, 4)
+    capsys.readouterr()
+
+
+def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case that fails (here: the server never starts) is reported and makes main() return 1."""
+    monkeypatch.setattr(load, "STARTUP_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(load, "_Process", _FailingProcess)
+    assert load.main(["--server", "stock", "--loop", "asyncio", *SMOKE]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED: server exited with status 1" in captured.out and "1 case(s) FAILED" in captured.err
+
+
+class _FailingProcess(load._Process):
+    """A server process that exits at once."""
+
+    def __init__(self, argv: list[str], stderr: Any) -> None:
+        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr)
