@@ -370,7 +370,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--msize", type=_csv(parse_size), help=f"payload per message (default: {DEFAULT_MSIZE})")
     p.add_argument("--rate", type=_csv(_rate), help="messages/s per connection; 0 = as fast as possible (default: 0)")
     p.add_argument("--duration", type=float, default=2.0, help="seconds per repeat (default: 2)")
-    p.add_argument("--repeat", type=_positive_int, default=3, help="repeats per case (default: 3)")
+    p.add_argument("--repeat", type=_positive_int, default=3, help="repeats per case and round (default: 3)")
+    p.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=1,
+        help="run every case this many times in fresh processes, in alternating order "
+        "(A B C, C B A, ...), and pool their repeats: slow spells of a shared machine "
+        "then hit every server alike (default: 1)",
+    )
     p.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per case (default: 0.5)")
     p.add_argument("--client-loop", type=_loop_name, help="the load client's event loop (default: uvloop if installed)")
     p.add_argument("--json", metavar="PATH", help="write all results as JSON")
@@ -478,6 +486,15 @@ def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nr
 # -- main --------------------------------------------------------------------------------
 
 
+def merge_rounds(result: LoadResult, later: LoadResult) -> None:
+    """Add a later round's repeats of the same case to ``result`` (a failure
+    in any round fails the case)."""
+    result.repeats.extend(later.repeats)
+    result.verified_messages += later.verified_messages
+    if later.error is not None and result.error is None:
+        result.error = later.error
+
+
 def _progress(n: int, total: int, case: LoadCase, result: LoadResult, elapsed_s: float) -> str:
     name = f"[{n}/{total}] {case.server} on {case.loop}, {case.clients} clients, {format_size(case.msize)}"
     if case.rate:
@@ -522,6 +539,7 @@ def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "repeat": args.repeat,
+        "rounds": args.rounds,
         "clk_tck": os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else None,
     }
 
@@ -533,12 +551,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(list_servers())
         return 0
     cases = plan_cases(args)
-    results = []
-    for n, case in enumerate(cases, 1):
-        started = time.perf_counter()
-        result = run_case(case, args)
-        results.append(result)
-        print(_progress(n, len(cases), case, result, time.perf_counter() - started), file=sys.stderr, flush=True)
+    by_case: dict[LoadCase, LoadResult] = {}
+    total = len(cases) * args.rounds
+    n = 0
+    for round_index in range(args.rounds):
+        for case in cases if round_index % 2 == 0 else cases[::-1]:
+            n += 1
+            started = time.perf_counter()
+            result = run_case(case, args)
+            print(_progress(n, total, case, result, time.perf_counter() - started), file=sys.stderr, flush=True)
+            if case in by_case:
+                merge_rounds(by_case[case], result)
+            else:
+                by_case[case] = result
+    results = [by_case[case] for case in cases]
     print(format_table(results))
     if args.json:
         with open(args.json, "w") as f:

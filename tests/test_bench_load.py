@@ -343,3 +343,19 @@ class _FailingProcess(load._Process):
 
     def __init__(self, argv: list[str], stderr: Any) -> None:
         super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr)
+
+
+def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+
+    def fake_run_case(case: Any, args: Any) -> LoadResult:
+        ran.append(case.server)
+        if len(ran) == 4:  # the second round of "readinto" fails
+            return LoadResult(case.server, case.loop, case.clients, error="boom")
+        return make_result(case.server, case.loop, [10.0, 11.0], clients=case.clients)
+
+    monkeypatch.setattr(load, "run_case", fake_run_case)
+    status = load.main(["--server", "readinto,asyncio-streams", "--loop", "asyncio", "--rounds", "2"])
+    assert ran == ["readinto", "asyncio-streams", "asyncio-streams", "readinto"]
+    assert status == 1  # a failure in any round fails the case
+    assert parse_args(["--rounds", "3"]).rounds == 3 and parse_args([]).rounds == 1
