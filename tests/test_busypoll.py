@@ -12,7 +12,7 @@ from time import perf_counter
 import pytest
 
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.busypoll import MAX_BUDGET_FACTOR, MAX_SPIN_BACKOFF, BusyPoll, spinner_for
+from tornado_readinto.busypoll import MAX_BUDGET_FACTOR, BusyPoll, spinner_for
 from tornado_readinto.testing import stream_pair
 
 from .conftest import run
@@ -31,58 +31,61 @@ class FakeSpinner:
 
 
 # -- the policy, on explicit clocks ------------------------------------------------
+# Times are perf_counter() seconds; 0 means "not parked", so they start at 100.
 
 
-def test_policy_spins_when_a_read_parks_and_a_hit_keeps_it_spinning():
+def test_policy_spins_while_the_data_comes_within_the_budget():
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
-    poll.parked(10.0)
-    assert spinner.deadlines == [10.0 + B]
-    poll.data_came(10.0 + B / 2)  # within the spin
-    assert (poll.hits, poll.backoff, poll.skip) == (1, 0, 0)
-    poll.parked(11.0)
-    assert spinner.deadlines == [10.0 + B, 11.0 + B]
+    for i in range(3):
+        now = 100.0 + i
+        poll.parked(now)
+        assert spinner.deadlines[-1] == now + B
+        poll.data_came(now + B / 2)  # within the spin
+    assert (poll.spins, poll.hits, poll.spin, poll.scale) == (3, 3, True, 1)
 
 
-def test_policy_backs_off_exponentially_while_data_comes_late():
+def test_policy_stops_spinning_at_once_for_late_data_and_resumes_when_it_is_quick_again():
+    """A rate-limited, slow or idle peer: no spin after the first late
+    arrival (no backoff to climb), and quick data makes the next read spin."""
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
-    spun = []
-    for park in range(1100):
-        before = len(spinner.deadlines)
-        poll.parked(100.0 + park)
-        spun.append(len(spinner.deadlines) > before)
-        poll.data_came(100.0 + park + 100 * B)  # 100 budgets later: late
-    spins = [i for i, s in enumerate(spun) if s]
-    gaps = [b - a - 1 for a, b in zip(spins, spins[1:])]
-    assert gaps[:8] == [1, 3, 7, 15, 31, 63, 127, 255]
-    assert set(gaps[8:]) == {MAX_SPIN_BACKOFF}
-    assert poll.scale == 1 and poll.hits == 0  # late data never grows the budget
+    for i in range(1000):
+        now = 100.0 + i
+        poll.parked(now)
+        poll.data_came(now + 0.1)  # 100 budgets later (10 messages/s)
+    assert poll.spins == 1 and len(spinner.deadlines) == 1 and not poll.spin
+    poll.parked(2000.0)
+    poll.data_came(2000.0 + 3 * B)  # not spun for, but soon: spin next time
+    assert poll.spin and poll.scale == 1 and poll.spins == 1
+    poll.parked(2001.0)
+    assert poll.spins == 2 and spinner.deadlines[-1] == 2001.0 + B
 
 
-def test_policy_rearms_where_spinning_worked_and_doubles_the_budget_up_to_the_cap():
+def test_policy_doubles_the_budget_up_to_the_cap_for_data_just_after_the_spin():
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
-    now = 100.0  # perf_counter() seconds (0 means "not parked")
-    poll.parked(now)
-    poll.data_came(now + B / 2)  # a hit: spinning works on this stream
+    now = 100.0
     for scale in (2, 4, MAX_BUDGET_FACTOR):
         now += 1.0
         poll.parked(now)
         poll.data_came(now + 5 * B)  # the spin ended first, but the data came soon
-        assert poll.scale == scale
-        assert poll.backoff == poll.skip == 0  # re-armed at once
-    assert spinner.deadlines[-1] == now + MAX_BUDGET_FACTOR * B
+        assert poll.scale == scale and poll.spin
     now += 1.0
     poll.parked(now)
-    poll.data_came(now + 50 * B)  # late: back to the base budget, backed off
-    assert poll.scale == 1 and poll.skip == 1
+    assert spinner.deadlines[-1] == now + MAX_BUDGET_FACTOR * B
+    poll.data_came(now + 3 * B)  # caught by the longer spin
+    assert poll.hits == 1 and poll.scale == MAX_BUDGET_FACTOR
+    now += 1.0
+    poll.parked(now)
+    poll.data_came(now + 50 * B)  # late: no spin next time, base budget again
+    assert not poll.spin and poll.scale == 1
 
 
 def test_policy_ignores_readiness_of_a_stream_that_did_not_park():
     poll = BusyPoll(B, FakeSpinner())
-    poll.data_came(1.0)
-    assert (poll.hits, poll.backoff, poll.skip, poll.scale) == (0, 0, 0, 1)
+    poll.data_came(100.0)
+    assert (poll.spins, poll.hits, poll.spin, poll.scale) == (0, 0, True, 1)
 
 
 # -- the spinner and streams, on both loops ------------------------------------------
@@ -148,7 +151,7 @@ def test_busy_poll_catches_a_peer_answering_from_another_thread(loop_name):
             threading.Timer(0.005, client.socket.send, (b"pong",)).start()
             assert await server.read_into(bytearray(4)) == 4
             poll = server._busy_poll
-            assert (poll.hits, poll.backoff, poll.skip) == (1, 0, 0)
+            assert (poll.spins, poll.hits, poll.spin) == (1, 1, True)
         finally:
             server.close()
             client.close()
@@ -210,3 +213,26 @@ def test_a_thousand_idle_connections_cost_no_cpu(loop_name):
             listener.close()
 
     run(main(), timeout=60, loop=loop_name)
+
+
+def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
+    """16 connections that each get a message every 20 ms (a rate-limited
+    load): each stream spins once, for its first read, and never again."""
+
+    async def main():
+        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(16)]
+        try:
+            for _ in range(5):
+                reads = [server.read_into(bytearray(4)) for server, _ in pairs]
+                await asyncio.sleep(0.02)
+                for _, client in pairs:
+                    client.write(b"ping")
+                assert await asyncio.gather(*reads) == [4] * len(pairs)
+            assert [server._busy_poll.spins for server, _ in pairs] == [1] * len(pairs)
+            assert not any(server._busy_poll.spin for server, _ in pairs)
+        finally:
+            for server, client in pairs:
+                server.close()
+                client.close()
+
+    run(main(), loop=loop_name)

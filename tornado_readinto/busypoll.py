@@ -18,16 +18,17 @@ Strategy:
   delivered by the loop's ordinary readable callback.
 * One spinner per loop serves all its streams; on a busy loop (many
   connections) it costs one callback per loop iteration, not per message.
-* `BusyPoll` is the adaptive policy of one stream.  A spin that ends before
-  the data comes makes the stream skip spinning for 1, 3, 7, ... up to
-  `MAX_SPIN_BACKOFF` parks; a spin that catches the data resets that.  On a
-  stream where spinning has worked, data that comes within `REARM_FACTOR`
-  budgets of parking re-arms spinning at once (two backed-off peers would
-  otherwise stay on the slow park/wake path), and a spin that ended just
-  before such data doubles the next budget, up to `MAX_BUDGET_FACTOR` times
-  the base (a dask comm's turnaround includes its serialization).  Idle
-  connections back off to one spin per 256 reads and cost nothing while they
-  wait.
+* `BusyPoll` is the adaptive policy of one stream, and it needs no probing:
+  every parked read measures how long its data took, spinning or not, and
+  the next read spins only if the last data came soon.  Data within the
+  budget: spin again.  Data a little later (within `REARM_FACTOR` budgets):
+  spin again, with a budget twice as long if this read spun, up to
+  `MAX_BUDGET_FACTOR` times the base (a dask comm's turnaround includes its
+  serialization).  Data later than that: no spin next time, base budget.
+  So a request/response peer keeps its stream spinning, while connections
+  that are slow, rate-limited or idle stop at once, and so do the
+  connections of a saturated server, whose next message arrives only after
+  the loop has served all the others (the loop is busy anyway).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import weakref
 from time import perf_counter
 from typing import Callable
 
-__all__ = ["DEFAULT_BUSY_POLL_S", "BusyPoll", "LoopSpinner", "spinner_for"]
+__all__ = ["DEFAULT_BUSY_POLL_S", "MAX_BUDGET_FACTOR", "REARM_FACTOR", "BusyPoll", "LoopSpinner", "spinner_for"]
 
 #: How long a parked read keeps its event loop polling before the loop may
 #: block.  50 us covers a loopback request/response turnaround on the
@@ -45,13 +46,8 @@ __all__ = ["DEFAULT_BUSY_POLL_S", "BusyPoll", "LoopSpinner", "spinner_for"]
 #: about as much); see README "Performance" for the measurements.
 DEFAULT_BUSY_POLL_S = 50e-6  # seconds
 
-#: After a spin that found no data, skip spinning for 1, 3, 7, ... up to this
-#: many parks (a spin that finds data resets it).
-MAX_SPIN_BACKOFF = 255
-
-#: A parked read whose data arrives within this many budgets (500 us by
-#: default) re-arms spinning, if spinning has found data on this stream
-#: before.  Idle connections wait far longer and stay backed off.
+#: A parked read whose data came within this many base budgets (500 us by
+#: default) makes the next read spin; later data stops spinning.
 REARM_FACTOR = 10
 
 #: A spin that ended before data that then came within `REARM_FACTOR`
@@ -125,46 +121,40 @@ class BusyPoll:
     :arg spinner: the stream's loop's `LoopSpinner`.
     """
 
-    __slots__ = ("budget_s", "spinner", "parked_at", "spin_until", "backoff", "skip", "hits", "scale")
+    __slots__ = ("budget_s", "spinner", "parked_at", "spin", "scale", "hits", "spins")
 
     def __init__(self, budget_s: float, spinner: LoopSpinner) -> None:
         self.budget_s = budget_s
         self.spinner = spinner
         self.parked_at = 0.0  # when the pending read parked (0: not parked)
-        self.spin_until = 0.0  # the deadline of its spin (0: it did not spin)
-        self.backoff = 0  # parks to skip after the next failed spin
-        self.skip = 0  # parks still to skip
-        self.hits = 0  # spins that caught their data
+        self.spin = True  # the next parked read spins
         self.scale = 1  # budget in units of budget_s: 1, 2 ... MAX_BUDGET_FACTOR
+        self.hits = 0  # spins whose data came within their budget
+        self.spins = 0  # spins asked for
 
     def parked(self, now: float) -> None:
-        """A pending read found no data: spin unless backed off."""
+        """A pending read found no data: spin if the last data came soon."""
         self.parked_at = now
-        if self.skip:
-            self.skip -= 1
-            self.spin_until = 0.0
-            return
-        self.spin_until = deadline = now + self.scale * self.budget_s
-        self.spinner.spin_until(deadline)
+        if self.spin:
+            self.spins += 1
+            self.spinner.spin_until(now + self.scale * self.budget_s)
 
     def data_came(self, now: float) -> None:
-        """The socket of a parked read became readable: adapt."""
+        """The socket of a parked read became readable: decide about the next."""
         parked_at = self.parked_at
         if not parked_at:
             return
         self.parked_at = 0.0
-        spin_until = self.spin_until
-        quick = now - parked_at < REARM_FACTOR * self.budget_s
-        if spin_until:
-            self.spin_until = 0.0
-            if now <= spin_until:
-                self.backoff = 0  # caught while spinning
-                self.hits += 1
-                return
-            # The spin ended first: spin less often, and longer if the data
-            # came soon after it ended.
-            self.backoff = min(2 * self.backoff + 1, MAX_SPIN_BACKOFF)
-            self.skip = self.backoff
-            self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR) if quick else 1
-        if quick and self.hits:
-            self.backoff = self.skip = 0
+        waited = now - parked_at
+        base = self.budget_s
+        if waited <= self.scale * base:
+            if self.spin:
+                self.hits += 1  # caught while spinning
+            self.spin = True
+        elif waited < REARM_FACTOR * base:
+            if self.spin:  # the spin ended just before the data: longer next time
+                self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR)
+            self.spin = True
+        else:
+            self.spin = False
+            self.scale = 1
