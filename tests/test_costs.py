@@ -221,3 +221,28 @@ def test_cork_holds_only_small_buffers_and_at_most_64_kib():
             client.close()
 
     run(main())
+
+
+def test_cork_never_holds_back_a_flush_behind_bytes_queued_directly():
+    """dask.distributed appends to ``_write_buffer`` itself and awaits
+    ``write(b"")``: that Future must wait for those bytes, cork or not."""
+
+    async def main():
+        server, client = _pair()
+        try:
+            await client.write(HEADER * 2)
+            await server.read_bytes(16)  # 16 bytes stay read ahead: replies are corked
+            assert server.write(b"reply").done() and server._cork_nbytes == 5
+            big = bytes(range(256)) * (64 * 1024)  # 16 MiB: more than the socket takes at once
+            server._write_buffer.append(big)
+            server._total_write_index += len(big)
+            flushed = server.write(b"")
+            assert not flushed.done()
+            assert await client.read_bytes(5 + len(big)) == b"reply" + big
+            await flushed
+            assert server._cork_nbytes == 0 and not server._write_buffer
+        finally:
+            server.close()
+            client.close()
+
+    run(main())

@@ -121,7 +121,7 @@ class BusyPoll:
     :arg spinner: the stream's loop's `LoopSpinner`.
     """
 
-    __slots__ = ("budget_s", "spinner", "parked_at", "spin", "scale", "hits", "spins")
+    __slots__ = ("budget_s", "spinner", "parked_at", "spin", "scale", "parks", "spins", "hits")
 
     def __init__(self, budget_s: float, spinner: LoopSpinner) -> None:
         self.budget_s = budget_s
@@ -129,12 +129,14 @@ class BusyPoll:
         self.parked_at = 0.0  # when the pending read parked (0: not parked)
         self.spin = True  # the next parked read spins
         self.scale = 1  # budget in units of budget_s: 1, 2 ... MAX_BUDGET_FACTOR
-        self.hits = 0  # spins whose data came within their budget
-        self.spins = 0  # spins asked for
+        self.parks = 0  # reads that waited for data
+        self.spins = 0  # of them, those that spun
+        self.hits = 0  # of those, the ones whose data came within the budget
 
     def parked(self, now: float) -> None:
         """A pending read found no data: spin if the last data came soon."""
         self.parked_at = now
+        self.parks += 1
         if self.spin:
             self.spins += 1
             self.spinner.spin_until(now + self.scale * self.budget_s)

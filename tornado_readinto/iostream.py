@@ -132,6 +132,13 @@ class _ReadFuture(Future):  # type: ignore[type-arg]
         return cancelled
 
 
+def _buffer_nbytes(data: Any) -> int:
+    """The size of a bytes-like object in bytes (``len`` would count the
+    items of a typed buffer)."""
+    kind = type(data)
+    return len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+
+
 def _writable_bytes_view(buf: Any) -> memoryview:
     """A 1-D, ``'B'``-format view over all of ``buf``'s bytes.
 
@@ -189,7 +196,8 @@ class ReadIntoIOStream(IOStream):
         #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
         self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
-        self._corked = False  # replies are held back (see writelines)
+        # Bytes of the write buffer that the cork holds back (see writelines).
+        self._cork_nbytes = 0
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -484,7 +492,7 @@ class ReadIntoIOStream(IOStream):
         (the read then waits for the selector)."""
         pos = self._receive_now()
         if pos is None and self._read_future is not None and not self._closed:
-            if self._corked:
+            if self._cork_nbytes:
                 self._uncork()  # the reads caught up: send the held replies
             if self._busy_poll is not None:
                 self._busy_poll.parked(perf_counter())
@@ -822,7 +830,9 @@ class ReadIntoIOStream(IOStream):
         """
         self._check_closed()
         write_buffer = self._write_buffer
-        if self._read_buffer_size and self._gather and (self._corked or not write_buffer):
+        if self._read_buffer_size and self._gather and len(write_buffer) == self._cork_nbytes:
+            # (Never behind bytes queued by someone else, e.g. dask's direct
+            # _write_buffer appends: their write(b"") must wait for them.)
             if self._cork(buffers):
                 return self._resolved(None)
         sent = 0
@@ -835,8 +845,7 @@ class ReadIntoIOStream(IOStream):
             if len(buffers) <= IOV_MAX:
                 total = 0
                 for data in buffers:
-                    kind = type(data)
-                    total += len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+                    total += _buffer_nbytes(data)
                 try:
                     sent = self.socket.sendmsg(buffers) if total else 0
                 except BlockingIOError:
@@ -849,7 +858,7 @@ class ReadIntoIOStream(IOStream):
                         self._total_write_done_index += total
                         return self._resolved(None)
                     blocked = True
-        self._corked = False  # whatever is held goes out with this write
+        self._cork_nbytes = 0  # whatever the cork holds goes out with this write
         queued = len(write_buffer)
         if self.max_write_buffer_size is not None:
             if not isinstance(buffers, (list, tuple)):
@@ -880,30 +889,28 @@ class ReadIntoIOStream(IOStream):
             return False
         if not isinstance(buffers, (list, tuple)):
             return False
-        sizes = []
+        total = 0
         for data in buffers:
-            kind = type(data)
-            nbytes = len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+            nbytes = _buffer_nbytes(data)
             if nbytes >= _CORK_MAX_BUFFER_NBYTES:
                 return False
-            sizes.append(nbytes)
+            total += nbytes
         write_buffer = self._write_buffer
-        total = sum(sizes)
-        if len(write_buffer) + total > CORK_MAX_NBYTES:
-            return False
+        if not total or len(write_buffer) + total > CORK_MAX_NBYTES:
+            return False  # an empty write is a flush: it waits for what is queued
         for data in buffers:
             write_buffer.append(data)
         self._total_write_index += total
-        if not self._corked:
-            self._corked = True
+        if not self._cork_nbytes:
             self.io_loop.asyncio_loop.call_soon(self._uncork)  # type: ignore[attr-defined]
+        self._cork_nbytes += total
         return True
 
     def _uncork(self) -> None:
         """Send what the cork holds (one ``sendmsg`` for all of it)."""
-        if not self._corked:
+        if not self._cork_nbytes:
             return
-        self._corked = False
+        self._cork_nbytes = 0
         if self._closed or not self._write_buffer:
             return
         self._handle_write()
@@ -913,9 +920,9 @@ class ReadIntoIOStream(IOStream):
     def close(self, exc_info: Any = False) -> None:
         """As stock `IOStream.close`; replies held by the cork (see
         `writelines`) are sent first, unless closing for an error."""
-        if self._corked and not exc_info:
+        if self._cork_nbytes and not exc_info:
             self._uncork()
-        self._corked = False
+        self._cork_nbytes = 0
         super().close(exc_info)
 
     def _handle_write(self) -> None:
