@@ -260,9 +260,10 @@ class ReadIntoIOStream(IOStream):
         are copied into it once; the rest are received with ``recv_into``
         directly into its unfilled tail, never past its end (remainders under
         `DIRECT_READ_MIN_NBYTES` go through the read-ahead buffer).  ``buf``
-        is not counted against ``max_buffer_size``.  The returned Future is
-        already resolved when the data was there.  A zero-byte ``buf``
-        resolves at once with no syscall.
+        is not counted against ``max_buffer_size``.  When the bytes are
+        already read ahead, this is one copy and an already resolved Future,
+        with no syscall.  A zero-byte ``buf`` resolves at once with no
+        syscall.
 
         :arg buf: where the bytes land; must not be resized until the read is
             done.
@@ -811,7 +812,8 @@ class ReadIntoIOStream(IOStream):
         sockets every ``sendmsg`` carries up to `IOV_MAX` buffers, and when
         nothing is queued the buffers go out in one ``sendmsg`` straight from
         the caller's objects: nothing is copied or queued unless the kernel
-        takes only part of them (the Future is then already resolved).
+        takes only part of them, and when it takes them all the returned
+        Future is already resolved.
 
         Cork: while bytes of further input are already read ahead (pipelined
         requests), a write of small buffers (each under 8 KiB, up to
