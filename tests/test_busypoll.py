@@ -236,3 +236,39 @@ def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
                 client.close()
 
     run(main(), loop=loop_name)
+
+
+def test_a_saturated_loop_stops_spinning(loop_name):
+    """64 connections ping-ponging as fast as they can on one loop: each
+    stream's next message comes only after the loop has served the others,
+    so the streams stop spinning (the loop is busy anyway) and the default
+    setting costs what busy_poll_s=0 does."""
+
+    async def main():
+        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(64)]
+
+        async def echo(server):
+            buf = bytearray(64)
+            for _ in range(30):
+                await server.read_into(buf)
+                await server.writelines([buf])
+
+        async def ping(client):
+            buf = bytearray(64)
+            for i in range(30):
+                await client.writelines([bytes([i]) * 64])
+                await client.read_into(buf)
+                assert buf == bytes([i]) * 64
+
+        try:
+            await asyncio.gather(*(echo(s) for s, _ in pairs), *(ping(c) for _, c in pairs))
+            polls = [server._busy_poll for server, _ in pairs]
+            assert sum(poll.parks for poll in polls) >= 64 * 29
+            # the first read of each stream spins; then almost none do
+            assert sum(poll.spins for poll in polls) <= 64 * 3
+        finally:
+            for server, client in pairs:
+                server.close()
+                client.close()
+
+    run(main(), loop=loop_name)
