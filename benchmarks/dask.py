@@ -1,0 +1,759 @@
+"""End-to-end dask.distributed A/B benchmark: ``readinto://`` against ``tcp://``
+and ``readinto-tls://`` against ``tls://`` on real clusters.
+
+    python -m benchmarks.dask                                  # every workload, 5 repeats
+    python -m benchmarks.dask --workload rpc,chain --repeat 7 --json dask.json --plot dask.png
+    python -m benchmarks.dask --pair tls --workload rpc,transfer
+    python -m benchmarks.dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
+
+(run it as a module from the repository root: ``python benchmarks/dask.py``
+would shadow the ``dask`` package with this file.)
+
+For each protocol pair one ``LocalCluster`` of worker processes per protocol
+(``n_workers=2, threads_per_worker=1, processes=True``, on 127.0.0.1) is
+started and kept for all the workloads of that pair; the scheduler runs in
+this process, as ``LocalCluster``'s always does, next to the client.  For
+each workload: its data is prepared on both clusters (untimed), one warm-up
+repetition runs on each, then the protocols alternate repetition by
+repetition (A B B A A B...), so that a drift of the machine hits both alike.
+The table shows the median and the min-max spread of the repeats, and the
+ratio of readinto's median to its baseline's (>1: readinto is faster).
+
+Every repetition checks its result (sums, shapes, counts, row counts); a
+wrong result or an error fails that workload and the exit status is
+non-zero.  See benchmarks/README.rst, section "dask".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+if __package__ in (None, ""):  # pragma: no cover - see the module docstring
+    sys.exit("run this benchmark as a module: python -m benchmarks.dask")
+
+from benchmarks.echo import _csv, _positive_int, run_meta
+from benchmarks.report import RepeatedMixin, _format_ratio, format_rate, format_seconds, format_size, parse_size
+
+#: ``--pair`` names -> (baseline protocol, readinto protocol).
+PAIRS: dict[str, tuple[str, str]] = {"tcp": ("tcp", "readinto"), "tls": ("tls", "readinto-tls")}
+
+GB = 1e9  # bytes: the GB/s column is decimal, like dask's own bandwidth figures
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str  # the table's metric column
+    higher_is_better: bool
+    fmt: Callable[[float | None], str]
+
+
+def format_gbps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+#: Workload name -> what one repetition reports.
+METRICS: dict[str, Metric] = {
+    "rpc": Metric("RPC/s", True, format_rate),
+    "tasks": Metric("tasks/s", True, format_rate),
+    "chain": Metric("s per chain", False, format_seconds),
+    "transfer": Metric("GB/s", True, format_gbps),
+    "full": Metric("s", False, format_seconds),
+    "rechunk": Metric("s", False, format_seconds),
+    "shuffle": Metric("s", False, format_seconds),
+}
+WORKLOADS = tuple(METRICS)
+
+#: The workloads each pair runs (the TLS pair: the RPC and transfer cases).
+PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "transfer")}
+
+
+class VerificationError(AssertionError):
+    """A repetition computed a wrong result."""
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise VerificationError(message)
+
+
+# -- results, the table, JSON ------------------------------------------------------------------
+
+
+@dataclass
+class DaskResult(RepeatedMixin):
+    """One workload over one protocol: its repeats (``{"value": ...}`` and
+    extras such as wall-clock figures), or why it has none."""
+
+    workload: str
+    protocol: str
+    baseline: str  # the protocol this one is compared with; itself for the baseline
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metric(self) -> Metric:
+        return METRICS[self.workload]
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.protocol == self.baseline
+
+
+def ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None:
+    """How much faster ``result`` is than its baseline, same workload: the
+    ratio of the medians for a rate, its inverse for a time (>1: faster)."""
+    if result.is_baseline or not result.ok:
+        return None
+    mine = result.median("value")
+    for other in results:
+        if other.workload == result.workload and other.protocol == result.baseline and other.ok:
+            theirs = other.median("value")
+            if not mine or not theirs:
+                return None
+            return mine / theirs if result.metric.higher_is_better else theirs / mine
+    return None
+
+
+COLUMNS = ("workload", "protocol", "metric", "median (min-max)", "x baseline")
+_LEFT = {"workload", "protocol", "metric"}
+
+
+def _value_cell(r: DaskResult) -> str:
+    fmt = r.metric.fmt
+    median, spread = r.median("value"), r.spread("value")
+    if spread is None or len(r.repeats) < 2:
+        return fmt(median)
+    return f"{fmt(median)} ({fmt(spread[0])}-{fmt(spread[1])})"
+
+
+def table_header(nrepeats: int | None = None) -> str:
+    repeats = f"{nrepeats} repeats" if nrepeats else "the repeats"
+    return (
+        f"median (min-max) over {repeats}, protocols alternating; x baseline: readinto's median over"
+        " tcp's (tls's for readinto-tls)\nin the same workload, inverted for times, so >1 means readinto"
+        " is faster."
+    )
+
+
+def format_table(results: Sequence[DaskResult]) -> str:
+    """The results as an aligned text table, a blank line between workloads
+    and pairs; failures inline; skipped workloads listed at the end with why."""
+    measured = [r for r in results if r.skipped is None]
+    rows: list[list[str]] = []
+    for r in measured:
+        head = [r.workload, r.protocol, r.metric.label]
+        if r.error is not None:
+            first_line = r.error.strip().splitlines()[0] if r.error.strip() else "failed"
+            rows.append(head + [f"FAILED: {first_line}"])
+        else:
+            rows.append(head + [_value_cell(r), _format_ratio(ratio(results, r))])
+    full = [list(COLUMNS)] + [row for row in rows if len(row) == len(COLUMNS)]
+    widths = [max(len(row[i]) for row in full) for i in range(len(COLUMNS))]
+    for row in rows:
+        for i, cell in enumerate(row[:3]):
+            widths[i] = max(widths[i], len(cell))
+
+    def align(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if COLUMNS[i] in _LEFT else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
+    header = align(COLUMNS)
+    lines = [header, "-" * len(header)]
+    for n, (r, row) in enumerate(zip(measured, rows)):
+        previous = measured[n - 1] if n else None
+        if previous is not None and (previous.workload, previous.baseline) != (r.workload, r.baseline):
+            lines.append("")
+        lines.append(align(row) if len(row) == len(COLUMNS) else align(row[:3]) + "  " + row[3])
+    skipped: dict[str, str] = {}
+    for r in results:
+        if r.skipped is not None:
+            skipped.setdefault(r.workload, r.skipped)
+    if skipped:
+        lines.append("")
+    lines += [f"SKIPPED {workload}: {reason}" for workload, reason in skipped.items()]
+    nrepeats = max((len(r.repeats) for r in measured), default=0)
+    return table_header(nrepeats) + "\n\n" + "\n".join(line.rstrip() for line in lines)
+
+
+def to_json(results: Sequence[DaskResult], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = []
+    for r in results:
+        spread = r.spread("value")
+        out.append(
+            {
+                "workload": r.workload,
+                "protocol": r.protocol,
+                "baseline": r.baseline,
+                "metric": r.metric.label,
+                "higher_is_better": r.metric.higher_is_better,
+                "status": "skipped" if r.skipped is not None else "failed" if r.error is not None else "ok",
+                "skipped": r.skipped,
+                "error": r.error,
+                "repeats": r.repeats,
+                "value": {
+                    "median": r.median("value"),
+                    "min": spread[0] if spread else None,
+                    "max": spread[1] if spread else None,
+                },
+                "x_baseline": ratio(results, r),
+                **r.extra,
+            }
+        )
+    return {"meta": dict(meta or {}), "results": out}
+
+
+def result_from_json(entry: dict[str, Any]) -> DaskResult:
+    """The inverse of one `to_json` entry (for re-plotting saved runs)."""
+    known = {"workload", "protocol", "baseline", "repeats", "skipped", "error"}
+    derived = {"metric", "higher_is_better", "status", "value", "x_baseline"}
+    extra = {k: v for k, v in entry.items() if k not in known | derived}
+    return DaskResult(**{k: entry[k] for k in known if k in entry}, extra=extra)
+
+
+def plot(results: Sequence[DaskResult], path: str) -> None:
+    """One panel per workload and pair: a bar per protocol (median, min-max
+    whiskers), the ratio in the title.  Imports matplotlib only when called."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if r.ok]
+    panels = list(dict.fromkeys((r.workload, r.baseline) for r in ok))
+    ncols = min(4, max(1, len(panels)))
+    nrows = max(1, math.ceil(len(panels) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows), squeeze=False)
+    colours = {"tcp": "tab:gray", "tls": "tab:gray", "readinto": "tab:blue", "readinto-tls": "tab:blue"}
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (workload, baseline) in zip(axes.flat, panels):
+        group = [r for r in ok if (r.workload, r.baseline) == (workload, baseline)]
+        xs = list(range(len(group)))
+        medians = [r.median("value") or 0.0 for r in group]
+        spreads = [r.spread("value") or (m, m) for r, m in zip(group, medians)]
+        errors = [[m - s[0] for m, s in zip(medians, spreads)], [s[1] - m for m, s in zip(medians, spreads)]]
+        ax.bar(xs, medians, yerr=errors, capsize=3, color=[colours.get(r.protocol, "tab:orange") for r in group])
+        ax.set_xticks(xs)
+        ax.set_xticklabels([r.protocol for r in group])
+        ratios = [ratio(results, r) for r in group]
+        title = workload + "".join(f"  {x:.2f}x" for x in ratios if x is not None)
+        ax.set_title(title)
+        metric = METRICS[workload]
+        ax.set_ylabel(metric.label + ("" if metric.higher_is_better else " (lower is better)"))
+        ax.grid(axis="y", alpha=0.3)
+    if not panels:
+        axes[0][0].text(0.5, 0.5, "no results", ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+# -- task functions (run on the workers) ----------------------------------------------------------
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def make_array(i: int, nbytes: int) -> Any:
+    import numpy as np
+
+    return np.full(nbytes // 8, float(i))
+
+
+def checksum(array: Any) -> tuple[tuple[int, ...], float]:
+    return tuple(array.shape), float(array.sum())
+
+
+def make_partition(i: int, nrows: int, nkeys: int) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(i)
+    return pd.DataFrame({"key": rng.integers(0, nkeys, nrows), "value": rng.integers(0, 1000, nrows)})
+
+
+def nunique_keys(df: Any) -> int:
+    return int(df["key"].nunique())
+
+
+# -- workloads ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One protocol's cluster and client, and the workload's prepared state."""
+
+    protocol: str
+    cluster: Any
+    client: Any
+    workers: list[str]
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def _settle(client: Any, timeout_s: float = 30.0) -> None:
+    """Wait until the scheduler has forgotten the previous repetition's tasks."""
+    deadline = time.monotonic() + timeout_s
+    while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) > 0:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+
+
+def rep_rpc(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    client = side.client
+
+    async def loop(n: int) -> tuple[float, Any]:
+        started = time.perf_counter()
+        identity = None
+        for _ in range(n):
+            identity = await client.scheduler.identity()
+        return time.perf_counter() - started, identity
+
+    elapsed, identity = client.sync(loop, args.rpc)
+    check(identity is not None and identity["type"] == "Scheduler", f"not a scheduler identity: {identity!r}")
+    check(identity["address"] == side.cluster.scheduler_address, f"wrong scheduler: {identity['address']}")
+    check(sorted(identity["workers"]) == side.workers, f"wrong workers: {sorted(identity['workers'])}")
+    return {"value": args.rpc / elapsed, "elapsed_s": elapsed, "count": args.rpc}
+
+
+def rep_tasks(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    from distributed import wait
+
+    client, n = side.client, args.tasks
+    started = time.perf_counter()
+    futures = client.map(inc, range(n), pure=False)
+    wait(futures, timeout=args.timeout)
+    elapsed = time.perf_counter() - started
+    values = client.gather(futures)
+    check(len(values) == n and sum(values) == n * (n + 1) // 2, f"wrong results of {n} tasks")
+    del futures
+    _settle(client)
+    return {"value": n / elapsed, "elapsed_s": elapsed, "count": n}
+
+
+def rep_chain(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    client, n = side.client, args.chain
+    started = time.perf_counter()
+    future = client.submit(inc, 0, workers=[side.workers[0]], allow_other_workers=False, pure=False)
+    for i in range(1, n):
+        worker = side.workers[i % 2]
+        future = client.submit(inc, future, workers=[worker], allow_other_workers=False, pure=False)
+    value = future.result(timeout=args.timeout)
+    elapsed = time.perf_counter() - started
+    check(value == n, f"chain of {n} tasks gave {value}")
+    del future
+    _settle(client)
+    return {"value": elapsed, "hops_per_s": n / elapsed, "count": n}
+
+
+def prepare_transfer(side: Side, args: argparse.Namespace, rep: int) -> None:
+    from distributed import wait
+
+    source = side.workers[0]
+    arrays = [
+        side.client.submit(make_array, rep * args.transfer_count + i, args.transfer_size, workers=[source],
+                           allow_other_workers=False, pure=False)
+        for i in range(args.transfer_count)
+    ]  # fmt: skip
+    wait(arrays, timeout=args.timeout)
+    side.state["arrays"] = arrays
+    side.state["first"] = rep * args.transfer_count
+
+
+def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    """Retained arrays made on worker a (before the clock starts), one
+    consuming task each on worker b: every array crosses a→b once."""
+    client, (source, sink) = side.client, side.workers
+    arrays, first = side.state.pop("arrays"), side.state.pop("first")
+    keys = {str(a.key) for a in arrays}
+    started = time.perf_counter()
+    sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
+    values = client.gather(sums)
+    elapsed = time.perf_counter() - started
+    n = args.transfer_size // 8
+    for i, (shape, total) in enumerate(values):
+        check(shape == (n,) and total == float(first + i) * n, f"array {i}: shape {shape}, sum {total}")
+    log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log), workers=[sink])[sink]
+    mine = [e for e in log if e["who"] == source and keys & {str(k) for k in e["keys"]}]
+    received = sum(e["keys"][k] for e in mine for k in e["keys"] if str(k) in keys)
+    check(received >= len(arrays) * args.transfer_size, f"worker b logged {received} bytes from a")
+    duration = sum(e["duration"] for e in mine)
+    del sums, arrays
+    _settle(client)
+    return {
+        "value": sum(e["total"] for e in mine) / duration / GB if duration > 0 else None,
+        "per_transfer_gbps": [e["bandwidth"] / GB for e in mine],
+        "wall_gbps": len(keys) * args.transfer_size / elapsed / GB,
+        "elapsed_s": elapsed,
+        "transfers": len(mine),
+    }
+
+
+def _square(nbytes: int, chunk_nbytes: int) -> tuple[int, int]:
+    """(side, chunk side) of a float64 square array of about ``nbytes`` in
+    square chunks of about ``chunk_nbytes``."""
+    chunk_side = max(1, int(math.sqrt(chunk_nbytes / 8)))
+    nchunks = max(1, round(math.sqrt(nbytes / 8) / chunk_side))
+    return nchunks * chunk_side, chunk_side
+
+
+def prepare_full(side: Side, args: argparse.Namespace, rep: int) -> None:
+    import dask.array as da
+    from distributed import wait
+
+    n, c = _square(args.full_size, args.full_chunk)
+    x = side.client.persist(da.random.RandomState(0).random_sample((n, n), chunks=(c, c)))
+    wait(x, timeout=args.timeout)
+    side.state["x"] = x
+    side.state["expected"] = 2 * float(side.client.compute(x.sum()).result(timeout=args.timeout))
+
+
+def rep_full(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    x = side.state["x"]
+    started = time.perf_counter()
+    total = side.client.compute((x + x.T).sum()).result(timeout=args.timeout)
+    elapsed = time.perf_counter() - started
+    expected = side.state["expected"]
+    check(math.isclose(total, expected, rel_tol=1e-9), f"(x + x.T).sum() = {total}, expected {expected}")
+    return {"value": elapsed, "nbytes": x.nbytes, "shape": list(x.shape)}
+
+
+def prepare_rechunk(side: Side, args: argparse.Namespace, rep: int) -> None:
+    import dask.array as da
+    from distributed import wait
+
+    n = max(8, int(math.sqrt(args.rechunk_size / 8)))
+    x = side.client.persist(da.random.RandomState(1).random_sample((n, n), chunks=(n, max(1, n // 8))))
+    wait(x, timeout=args.timeout)
+    side.state["x"] = x
+    side.state["expected"] = float(side.client.compute(x.sum()).result(timeout=args.timeout))
+
+
+def rep_rechunk(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    from distributed import wait
+
+    x = side.state["x"]
+    n = x.shape[0]
+    y = x.rechunk((max(1, n // 8), n), method="p2p")  # in memory: distributed.p2p.storage.disk is False
+    started = time.perf_counter()
+    y = side.client.persist(y)
+    wait(y, timeout=args.timeout)
+    elapsed = time.perf_counter() - started
+    check(y.numblocks == (math.ceil(n / max(1, n // 8)), 1), f"rechunked to {y.numblocks} blocks")
+    total = float(side.client.compute(y.sum()).result(timeout=args.timeout))
+    check(math.isclose(total, side.state["expected"], rel_tol=1e-9), f"sum after rechunk {total}")
+    del y
+    return {"value": elapsed, "nbytes": x.nbytes}
+
+
+def shuffle_unavailable() -> str | None:
+    try:
+        import dask.dataframe  # noqa: F401
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        return f"needs pandas and pyarrow ({exc}); pip install pandas pyarrow"
+    return None
+
+
+def prepare_shuffle(side: Side, args: argparse.Namespace, rep: int) -> None:
+    import dask.dataframe as dd
+    from distributed import wait
+
+    nparts = args.shuffle_partitions
+    nrows = args.shuffle_rows // nparts
+    df = dd.from_map(make_partition, range(nparts), nrows=nrows, nkeys=args.shuffle_rows)
+    df = side.client.persist(df)
+    wait(df, timeout=args.timeout)
+    side.state["df"] = df
+    side.state["rows"] = nrows * nparts
+    side.state["value_sum"] = int(side.client.compute(df["value"].sum()).result(timeout=args.timeout))
+    side.state["nunique"] = int(side.client.compute(df["key"].nunique()).result(timeout=args.timeout))
+
+
+def rep_shuffle(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    from distributed import wait
+
+    client, df = side.client, side.state["df"]
+    shuffled = df.shuffle("key", shuffle_method="p2p")  # in memory: distributed.p2p.storage.disk is False
+    started = time.perf_counter()
+    shuffled = client.persist(shuffled)
+    wait(shuffled, timeout=args.timeout)
+    elapsed = time.perf_counter() - started
+    rows = int(client.compute(shuffled.shape[0]).result(timeout=args.timeout))
+    check(rows == side.state["rows"], f"{rows} rows after the shuffle, expected {side.state['rows']}")
+    value_sum = int(client.compute(shuffled["value"].sum()).result(timeout=args.timeout))
+    check(value_sum == side.state["value_sum"], f"value sum {value_sum} after the shuffle")
+    # Shuffled on "key": each key in one partition only.
+    per_partition = client.compute(shuffled.map_partitions(nunique_keys, meta=(None, "int64")))
+    per_partition = per_partition.result(timeout=args.timeout)
+    check(int(per_partition.sum()) == side.state["nunique"], "a key landed in more than one partition")
+    del shuffled
+    return {"value": elapsed, "rows": rows}
+
+
+REPS: dict[str, Callable[[Side, argparse.Namespace], dict[str, Any]]] = {
+    "rpc": rep_rpc,
+    "tasks": rep_tasks,
+    "chain": rep_chain,
+    "transfer": rep_transfer,
+    "full": rep_full,
+    "rechunk": rep_rechunk,
+    "shuffle": rep_shuffle,
+}
+
+#: Untimed set-up: once per workload and side (``rep=-1``), or before every
+#: repetition for the transfer (fresh arrays each time, numbered by ``rep``).
+PREPARE: dict[str, Callable[[Side, argparse.Namespace, int], None]] = {
+    "full": prepare_full,
+    "rechunk": prepare_rechunk,
+    "shuffle": prepare_shuffle,
+}
+PREPARE_EACH_REP: dict[str, Callable[[Side, argparse.Namespace, int], None]] = {"transfer": prepare_transfer}
+
+
+# -- clusters -------------------------------------------------------------------------------------
+
+
+def make_security(directory: str) -> Any:
+    """A ``Security`` for scheduler, workers and client from a throwaway trustme CA."""
+    import trustme
+    from distributed.security import Security
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, cert_file = f"{directory}/ca.pem", f"{directory}/cert.pem"
+    ca.cert_pem.write_to_path(ca_file)
+    cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
+    return Security(
+        tls_ca_file=ca_file,
+        tls_client_cert=cert_file,
+        tls_scheduler_cert=cert_file,
+        tls_worker_cert=cert_file,
+        require_encryption=True,
+    )
+
+
+@contextlib.contextmanager
+def open_side(protocol: str, security: Any, args: argparse.Namespace) -> Iterator[Side]:
+    from distributed import Client, LocalCluster
+
+    kwargs: dict[str, Any] = {"security": security} if security is not None else {}
+    with LocalCluster(
+        protocol=f"{protocol}://",
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+        **kwargs,
+    ) as cluster, Client(cluster, timeout="60s", **kwargs) as client:  # fmt: skip
+        client.wait_for_workers(2, timeout=120)
+        workers = sorted(client.scheduler_info()["workers"])
+        check(all(w.startswith(f"{protocol}://") for w in workers), f"workers not on {protocol}://: {workers}")
+        check(client.scheduler.address.startswith(f"{protocol}://"), f"scheduler at {client.scheduler.address}")
+        yield Side(protocol, cluster, client, workers)
+
+
+def alternation(nrepeats: int) -> list[tuple[int, int]]:
+    """(repeat, side) pairs in the order A B B A A B ...: side 0 first on even repeats."""
+    return [(rep, side) for rep in range(nrepeats) for side in ((0, 1) if rep % 2 == 0 else (1, 0))]
+
+
+def run_workload(
+    workload: str, sides: Sequence[Side], baseline: str, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[DaskResult]:
+    results = [DaskResult(workload, side.protocol, baseline) for side in sides]
+    rep_fn, metric = REPS[workload], METRICS[workload]
+    failed: set[int] = set()
+    try:
+        for i, side in enumerate(sides):
+            if workload in PREPARE:
+                try:
+                    PREPARE[workload](side, args, -1)
+                except Exception as exc:  # noqa: BLE001 - recorded, fails the run
+                    failed.add(i)
+                    results[i].error = f"preparing: {type(exc).__name__}: {exc}"
+                    progress(f"{workload} {side.protocol}: FAILED {results[i].error}")
+        plan = [(-1 - w, s) for w in range(args.warmup) for s in (0, 1)] + alternation(args.repeat)
+        for n, (rep, i) in enumerate(plan, 1):
+            if i in failed:
+                continue
+            side, started = sides[i], time.perf_counter()
+            try:
+                if workload in PREPARE_EACH_REP:
+                    PREPARE_EACH_REP[workload](side, args, rep + args.warmup)
+                measured = rep_fn(side, args)
+            except Exception as exc:  # noqa: BLE001 - recorded, fails the run
+                failed.add(i)
+                results[i].error = f"{type(exc).__name__}: {exc}"
+                progress(f"{workload} {side.protocol}: FAILED {results[i].error}")
+                continue
+            if rep >= 0:
+                results[i].repeats.append(measured)
+            label = f"rep {rep + 1}/{args.repeat}" if rep >= 0 else "warm-up"
+            progress(
+                f"[{n}/{len(plan)}] {workload:<8} {side.protocol:<12} {label:<10}"
+                f" {metric.fmt(measured['value'])} {metric.label} ({time.perf_counter() - started:.1f}s)"
+            )
+    finally:
+        for side in sides:
+            side.state.clear()
+            with contextlib.suppress(Exception):
+                _settle(side.client, 10)
+    return results
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def _workload_name(text: str) -> str:
+    text = text.strip()
+    if text not in METRICS:
+        raise ValueError(f"unknown workload {text!r}; known: {', '.join(WORKLOADS)}")
+    return text
+
+
+def _pair_name(text: str) -> str:
+    text = text.strip()
+    if text not in PAIRS:
+        raise ValueError(f"unknown pair {text!r}; known: {', '.join(PAIRS)}")
+    return text
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.dask", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--workload", type=_csv(_workload_name), default=list(WORKLOADS),
+                   help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer)")
+    p.add_argument("--pair", type=_csv(_pair_name), default=list(PAIRS),
+                   help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both")
+    p.add_argument("--repeat", type=_positive_int, default=5, help="timed repeats per protocol (default: 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
+    p.add_argument("--rpc", type=_positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")
+    p.add_argument("--tasks", type=_positive_int, default=20_000, help="trivial tasks per repeat (default: 20000)")
+    p.add_argument("--chain", type=_positive_int, default=1000, help="tasks in the dependent chain (default: 1000)")
+    p.add_argument("--transfer-size", type=parse_size, default=parse_size("64MiB"),
+                   help="bytes per transferred array (default: 64MiB)")
+    p.add_argument("--transfer-count", type=_positive_int, default=8, help="arrays per repeat (default: 8)")
+    p.add_argument("--full-size", type=parse_size, default=parse_size("1GiB"),
+                   help="the (x + x.T).sum() array, about (default: 1GiB)")
+    p.add_argument("--full-chunk", type=parse_size, default=parse_size("64MiB"),
+                   help="its chunks, about (default: 64MiB)")
+    p.add_argument("--rechunk-size", type=parse_size, default=parse_size("256MiB"),
+                   help="the P2P-rechunked array, about (default: 256MiB)")
+    p.add_argument("--shuffle-rows", type=_positive_int, default=2_000_000, help="rows shuffled (default: 2000000)")
+    p.add_argument("--shuffle-partitions", type=_positive_int, default=16, help="partitions (default: 16)")
+    p.add_argument("--event-loop", choices=("asyncio", "tornado", "uvloop"), default="tornado",
+                   help="distributed.admin.event-loop for every process (default: tornado, dask's default)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
+    p.add_argument("--json", metavar="PATH", help="write all results as JSON")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
+    args = p.parse_args(argv)  # fmt: skip
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64:
+        p.error("sizes too small")
+    return args
+
+
+def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    import dask
+    import distributed
+
+    meta = run_meta(argv)
+    meta.update(
+        {
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "n_workers": 2,
+            "threads_per_worker": 1,
+            "repeat": args.repeat,
+            "warmup": args.warmup,
+            "event_loop": args.event_loop,
+            "sizes": {
+                "rpc": args.rpc,
+                "tasks": args.tasks,
+                "chain": args.chain,
+                "transfer": f"{args.transfer_count} x {format_size(args.transfer_size)}",
+                "full": format_size(args.full_size),
+                "full_chunk": format_size(args.full_chunk),
+                "rechunk": format_size(args.rechunk_size),
+                "shuffle_rows": args.shuffle_rows,
+            },
+        }
+    )
+    return meta
+
+
+def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
+    import dask
+
+    results: list[DaskResult] = []
+    config = {
+        "distributed.admin.event-loop": args.event_loop,
+        "distributed.p2p.storage.disk": False,
+        "distributed.comm.timeouts.connect": "60s",
+    }
+    with dask.config.set(config), tempfile.TemporaryDirectory(prefix="bench-dask-") as tmp:
+        for pair in args.pair:
+            baseline, readinto = PAIRS[pair]
+            workloads = [w for w in args.workload if w in PAIR_WORKLOADS[pair]]
+            if not workloads:
+                continue
+            security = make_security(tmp) if pair == "tls" else None
+            runnable = []
+            for workload in workloads:
+                reason = shuffle_unavailable() if workload == "shuffle" else None
+                if reason is not None:
+                    results += [DaskResult(workload, p, baseline, skipped=reason) for p in (baseline, readinto)]
+                else:
+                    runnable.append(workload)
+            if not runnable:
+                continue
+            started = time.perf_counter()
+            with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
+                progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
+                for workload in runnable:
+                    results += run_workload(workload, (a, b), baseline, args, progress)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = run(args, progress)
+    print(format_table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(to_json(results, _meta(args, argv)), f, indent=1)
+    if args.plot:
+        plot(results, args.plot)
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        print(f"{len(failed)} workload(s) FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The dask benchmark (``python -m benchmarks.dask``): its pure parts on
+hand-made results (ratios, table, JSON round trip, the A/B order, arguments).
+No cluster is started here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("distributed")
+
+from benchmarks import dask as bench  # noqa: E402
+from benchmarks.dask import (  # noqa: E402
+    DaskResult,
+    _square,
+    alternation,
+    format_table,
+    parse_args,
+    ratio,
+    result_from_json,
+    to_json,
+)
+
+
+def make_result(workload: str, protocol: str, baseline: str, values: list[float], **kw: Any) -> DaskResult:
+    return DaskResult(workload, protocol, baseline, repeats=[{"value": v} for v in values], **kw)
+
+
+@pytest.fixture
+def results() -> list[DaskResult]:
+    return [
+        make_result("rpc", "tcp", "tcp", [1000, 1100, 900, 1050, 950]),
+        make_result("rpc", "readinto", "tcp", [1500, 1400, 1600, 1450, 1550]),
+        make_result("chain", "tcp", "tcp", [2.0, 2.2, 1.8]),
+        make_result("chain", "readinto", "tcp", [1.6, 1.5, 1.7]),
+        make_result("transfer", "tls", "tls", [0.8, 0.9, 1.0]),
+        make_result("transfer", "readinto-tls", "tls", [1.2]),
+        DaskResult("tasks", "tcp", "tcp", error="VerificationError: wrong results of 20000 tasks\ntrace"),
+        make_result("tasks", "readinto", "tcp", [4000, 4100, 3900]),
+        DaskResult("shuffle", "tcp", "tcp", skipped="needs pandas and pyarrow"),
+        DaskResult("shuffle", "readinto", "tcp", skipped="needs pandas and pyarrow"),
+    ]
+
+
+def by(results: list[DaskResult], workload: str, protocol: str) -> DaskResult:
+    return next(r for r in results if (r.workload, r.protocol) == (workload, protocol))
+
+
+def test_bench_dask_ratio_is_a_speedup_for_rates_and_times(results: list[DaskResult]) -> None:
+    assert ratio(results, by(results, "rpc", "readinto")) == pytest.approx(1500 / 1000)
+    # s per chain: lower is better, so the ratio is tcp's time over readinto's
+    assert ratio(results, by(results, "chain", "readinto")) == pytest.approx(2.0 / 1.6)
+    assert ratio(results, by(results, "transfer", "readinto-tls")) == pytest.approx(1.2 / 0.9)
+    # none for a baseline, for a failed baseline, for a skipped workload
+    assert ratio(results, by(results, "rpc", "tcp")) is None
+    assert ratio(results, by(results, "tasks", "readinto")) is None
+    assert ratio(results, by(results, "shuffle", "readinto")) is None
+
+
+def test_bench_dask_format_table(results: list[DaskResult]) -> None:
+    text = format_table(results)
+    lines = text.splitlines()
+    assert "over 5 repeats" in lines[0]
+    header = next(line for line in lines if line.startswith("workload"))
+    assert header.split() == ["workload", "protocol", "metric", "median", "(min-max)", "x", "baseline"]
+    rpc = next(line for line in lines if line.startswith("rpc") and "readinto" in line)
+    assert rpc.split() == ["rpc", "readinto", "RPC/s", "1.5k", "(1.4k-1.6k)", "1.50x"]
+    rpc_tcp = next(line for line in lines if line.startswith("rpc") and " tcp " in line)
+    assert rpc_tcp.split()[-1] == "-"  # no ratio on the baseline's own row
+    chain = next(line for line in lines if line.startswith("chain") and "readinto" in line)
+    assert "s per chain" in chain and "1.6s (1.5s-1.7s)" in chain and chain.endswith("1.25x")
+    transfer = next(line for line in lines if line.startswith("transfer") and "readinto-tls" in line)
+    assert transfer.split()[-3:] == ["GB/s", "1.2", "1.33x"]  # one repeat: no spread
+    failed = next(line for line in lines if line.startswith("tasks") and " tcp " in line)
+    assert failed.split()[:3] == ["tasks", "tcp", "tasks/s"]
+    assert "FAILED: VerificationError: wrong results of 20000 tasks" in failed and "trace" not in text
+    assert "SKIPPED shuffle: needs pandas and pyarrow" in lines
+    assert sum("shuffle" in line for line in lines) == 1  # listed once, not as rows
+    # a blank line between workloads, none inside one
+    i = lines.index(rpc)
+    assert lines[i - 1].startswith("rpc") or lines[i + 1].startswith("rpc")
+    assert "" in lines[lines.index(header) :]
+    # columns line up: the values of the readinto rows end where the header's column ends
+    widths = {len(line) for line in lines if line.startswith(("rpc", "chain", "transfer"))}
+    assert len(widths) == 1
+
+
+def test_bench_dask_json_round_trip(results: list[DaskResult], tmp_path: Path) -> None:
+    data = to_json(results, {"argv": ["--repeat", "5"]})
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps(data))
+    loaded = json.loads(path.read_text())
+    assert loaded["meta"] == {"argv": ["--repeat", "5"]}
+    rpc = next(e for e in loaded["results"] if (e["workload"], e["protocol"]) == ("rpc", "readinto"))
+    assert rpc["status"] == "ok" and rpc["metric"] == "RPC/s" and rpc["higher_is_better"] is True
+    assert rpc["value"] == {"median": 1500, "min": 1400, "max": 1600}
+    assert rpc["x_baseline"] == pytest.approx(1.5)
+    statuses = {(e["workload"], e["protocol"]): e["status"] for e in loaded["results"]}
+    assert statuses[("tasks", "tcp")] == "failed" and statuses[("shuffle", "tcp")] == "skipped"
+    again = [result_from_json(e) for e in loaded["results"]]
+    assert format_table(again) == format_table(results)
+
+
+def test_bench_dask_alternation_is_abba() -> None:
+    assert alternation(4) == [(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1), (3, 1), (3, 0)]
+    order = [side for _, side in alternation(5)]
+    assert order.count(0) == order.count(1) == 5
+
+
+def test_bench_dask_square_sizes() -> None:
+    side, chunk = _square(1 << 30, 64 << 20)
+    assert side % chunk == 0 and side // chunk == 4  # 16 chunks of about 64 MiB
+    assert abs(chunk * chunk * 8 - (64 << 20)) < (64 << 20) * 0.01
+    assert abs(side * side * 8 - (1 << 30)) < (1 << 30) * 0.01
+    assert _square(1000, 64 << 20)[0] >= 1
+
+
+def test_bench_dask_parse_args() -> None:
+    args = parse_args(["--workload", "rpc,chain", "--pair", "tls", "--transfer-size", "16MiB", "--repeat", "7"])
+    assert args.workload == ["rpc", "chain"] and args.pair == ["tls"]
+    assert args.transfer_size == 16 << 20 and args.repeat == 7
+    defaults = parse_args([])
+    assert defaults.workload == list(bench.WORKLOADS) and defaults.pair == ["tcp", "tls"]
+    assert defaults.repeat >= 5 and defaults.tasks == 20_000 and defaults.chain == 1000
+    with pytest.raises(SystemExit):
+        parse_args(["--workload", "nope"])
+    with pytest.raises(SystemExit):
+        parse_args(["--pair", "udp"])
+
+
+def test_bench_dask_plot_writes_png(results: list[DaskResult], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "dask.png"
+    bench.plot(results, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
