@@ -68,3 +68,54 @@ def test_compat_unsupported_tornado_fails_loudly():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "needs tornado>=6.5" in result.stderr
+
+
+def test_compat_entry_point_hooks_exist():
+    assert _tornado_compat.check_entry_point_hooks() == []
+    from tornado.tcpclient import TCPClient
+    from tornado.tcpserver import TCPServer
+
+    from tornado_readinto import ReadIntoTCPClient, ReadIntoTCPServer
+
+    # our copies override exactly the stock private methods
+    assert ReadIntoTCPServer._handle_connection is not TCPServer._handle_connection
+    assert ReadIntoTCPClient._create_stream is not TCPClient._create_stream
+
+
+def test_compat_private_instance_attributes_exist():
+    from tornado.httpclient import HTTPRequest
+    from tornado.simple_httpclient import SimpleAsyncHTTPClient
+    from tornado.tcpclient import TCPClient
+    from tornado.websocket import WebSocketClientConnection
+
+    async def main():
+        client = TCPClient()
+        http_client = SimpleAsyncHTTPClient(force_instance=True)
+        # a websocket connection to a closed port: it fails, but its
+        # __init__ has set its attributes by then
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        request = HTTPRequest(f"ws://127.0.0.1:{port}/", connect_timeout=5)
+        ws = WebSocketClientConnection(_tornado_compat._RequestProxy(request, HTTPRequest._DEFAULTS))
+        try:
+            instances = {
+                "tornado.tcpclient.TCPClient": client,
+                "tornado.simple_httpclient.SimpleAsyncHTTPClient": http_client,
+                "tornado.websocket.WebSocketClientConnection": ws,
+            }
+            for qualname, names in _tornado_compat.PRIVATE_INSTANCE_ATTRS.items():
+                for name in names:
+                    assert hasattr(instances[qualname], name), (qualname, name)
+            assert isinstance(http_client.tcp_client, TCPClient)
+            assert isinstance(ws.tcp_client, TCPClient)
+            try:
+                await ws.connect_future
+            except OSError:
+                pass
+        finally:
+            client.close()
+            http_client.close()
+
+    run(main())

@@ -32,6 +32,8 @@ _EXPORTS = {
     "Comm": "comm",
     "connect": "comm",
     "listen": "comm",
+    "ReadIntoTCPServer": "tcpserver",
+    "ReadIntoTCPClient": "tcpclient",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -49,6 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
         ReadIntoError,
     )
     from .iostream import ReadIntoIOStream, SSLReadIntoIOStream  # noqa: F401
+    from .tcpclient import ReadIntoTCPClient  # noqa: F401
+    from .tcpserver import ReadIntoTCPServer  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

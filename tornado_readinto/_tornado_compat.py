@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tornado
 from tornado.concurrent import future_set_result_unless_cancelled
+from tornado.httpclient import HTTPRequest, _RequestProxy
 from tornado.iostream import (
     _ERRNO_CONNRESET,
     IOStream,
@@ -21,10 +22,22 @@ from tornado.iostream import (
     _StreamBuffer,
 )
 from tornado.netutil import _client_ssl_defaults, _server_ssl_defaults, ssl_wrap_socket
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
+from tornado.tcpclient import TCPClient
+from tornado.tcpserver import TCPServer
+from tornado.util import Configurable
 
 __all__ = [
     "MIN_TORNADO",
+    "PRIVATE_ENTRY_POINT_HOOKS",
+    "PRIVATE_INSTANCE_ATTRS",
     "PRIVATE_STREAM_ATTRS",
+    "Configurable",
+    "HTTPRequest",
+    "SimpleAsyncHTTPClient",
+    "TCPClient",
+    "TCPServer",
+    "_RequestProxy",
     "IOStream",
     "SSLIOStream",
     "StreamBufferFullError",
@@ -34,6 +47,7 @@ __all__ = [
     "_ERRNO_CONNRESET",
     "_client_ssl_defaults",
     "_server_ssl_defaults",
+    "check_entry_point_hooks",
     "check_stream_attrs",
     "future_set_result_unless_cancelled",
     "ssl_wrap_socket",
@@ -79,3 +93,41 @@ PRIVATE_STREAM_ATTRS = (
 def check_stream_attrs(stream: object) -> list[str]:
     """Return the names in `PRIVATE_STREAM_ATTRS` that ``stream`` lacks."""
     return [name for name in PRIVATE_STREAM_ATTRS if not hasattr(stream, name)]
+
+
+#: Private class-level names of Tornado's entry points that
+#: `tornado_readinto.tcpserver`, `.tcpclient`, `.httpclient`, `.websocket` and
+#: `.installation` override or call, as ``(class, name)``.  Checked at import
+#: (`check_entry_point_hooks`), so that a Tornado that renames one fails here
+#: rather than silently building stock streams.
+PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
+    (TCPServer, "_handle_connection"),  # builds the accepted stream
+    (TCPClient, "_create_stream"),  # builds the connecting stream
+    (Configurable, "_save_configuration"),  # install() / uninstall()
+    (Configurable, "_restore_configuration"),
+    (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
+)
+
+#: Private instance attributes set by Tornado's ``__init__``/``initialize``
+#: that we read or replace: ``TCPClient._own_resolver`` (who closes the
+#: resolver), ``SimpleAsyncHTTPClient.tcp_client`` (the client's connection
+#: factory) and ``WebSocketClientConnection.tcp_client``.  An instance is
+#: needed to see them; ``tests/test_tornado_compat.py`` checks them.
+PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
+    "tornado.tcpclient.TCPClient": ("_own_resolver", "resolver"),
+    "tornado.simple_httpclient.SimpleAsyncHTTPClient": ("tcp_client", "resolver"),
+    "tornado.websocket.WebSocketClientConnection": ("tcp_client",),
+}
+
+
+def check_entry_point_hooks() -> list[str]:
+    """Return ``"Class.name"`` for each entry in `PRIVATE_ENTRY_POINT_HOOKS`
+    that this Tornado lacks."""
+    return [f"{cls.__name__}.{name}" for cls, name in PRIVATE_ENTRY_POINT_HOOKS if not hasattr(cls, name)]
+
+
+_missing = check_entry_point_hooks()
+if _missing:
+    raise ImportError(
+        f"tornado_readinto does not support tornado {tornado.version}: it lacks {', '.join(_missing)}"
+    )

@@ -83,7 +83,6 @@ from typing import Any, Callable, Final, NoReturn, Union
 
 import msgpack
 from tornado.iostream import StreamClosedError
-from tornado.netutil import add_accept_handler, bind_sockets
 
 from .allocators import recycling_allocator
 from .errors import (
@@ -113,12 +112,14 @@ from .message import (  # noqa: F401 - EXT_* are re-exported for tests and users
     decode_message,
     encode_message,
 )
+from .tcpserver import HandshakingTCPServer, bind_tcp_sockets
 
 __all__ = [
     "Comm",
     "Listener",
     "connect",
     "listen",
+    "open_stream",
     "encode_message",
     "decode_message",
     "parse_address",
@@ -543,7 +544,7 @@ def _is_verification_error(exc: BaseException) -> bool:
     return isinstance(exc, ssl.SSLCertVerificationError) or isinstance(real, ssl.SSLCertVerificationError)
 
 
-async def _open_stream(
+async def open_stream(
     scheme: str,
     loc: str,
     address: str,
@@ -551,9 +552,12 @@ async def _open_stream(
     ssl_context: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
 ) -> ReadIntoIOStream:
-    """One connection attempt (TCP or Unix connect, then the TLS handshake).
+    """Open a `ReadIntoIOStream` to ``loc``: one connection attempt (TCP or
+    Unix connect, each resolved address in turn, then the TLS handshake with
+    ``ssl_context``), with no protocol handshake.  `connect` and the dask
+    backend's connector open their streams with it.
 
-    Internal, shared with `tornado_readinto.dask_backend`.
+    .. versionadded:: 0.1
 
     :raises HandshakeError: the peer's TLS certificate was refused.
     :raises OSError: (including ``StreamClosedError``) the attempt failed.
@@ -608,7 +612,7 @@ async def _connect_once(
     handshake_timeout: float,
     comm_kwargs: dict[str, Any],
 ) -> Comm:
-    stream = await _open_stream(scheme, loc, address, ssl_context=ssl_context, server_hostname=server_hostname)
+    stream = await open_stream(scheme, loc, address, ssl_context=ssl_context, server_hostname=server_hostname)
     try:
         local = _sockaddr_str(scheme, stream.socket.getsockname())
         peer = address if scheme == "unix" else _sockaddr_str(scheme, stream.socket.getpeername())
@@ -724,21 +728,6 @@ def _check_comm_kwargs(kwargs: dict[str, Any]) -> None:
 # -- listening --------------------------------------------------------------------
 
 
-def _bind_tcp_sockets(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> list[socket.socket]:
-    """Bind and listen on ``host:port`` (all interfaces for ``""``); an
-    ephemeral port 0 that races with another bind is retried."""
-    attempts = 5
-    for attempt in range(attempts):
-        try:
-            return bind_sockets(port, address=host or None, backlog=backlog)
-        except OSError as exc:
-            # EADDRINUSE happens now and then with port 0 when tornado binds
-            # IPv4 and IPv6 to the same ephemeral port.
-            if port != 0 or exc.errno != errno.EADDRINUSE or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
 def _remove_stale_unix_socket(path: str) -> None:
     """Remove ``path`` if it is a socket nobody listens on.
 
@@ -810,94 +799,6 @@ def _bind_unix_socket(path: str, backlog: int = LISTEN_BACKLOG) -> tuple[socket.
     return sock, (st.st_dev, st.st_ino)
 
 
-class _StreamServer:
-    """Accepts connections on listening sockets, wraps each in a
-    `ReadIntoIOStream` (or, with ``ssl_context``, an `SSLReadIntoIOStream`
-    whose server-side handshake completes first), and runs
-    ``handle_stream(stream, address)`` in a task.
-
-    Internal, shared with `tornado_readinto.dask_backend`.
-    """
-
-    def __init__(
-        self,
-        handle_stream: Callable[[ReadIntoIOStream, Any], Awaitable[None]],
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        tls_handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
-        nodelay: bool = True,
-    ) -> None:
-        self._handle_stream = handle_stream
-        self._ssl_context = ssl_context
-        self._tls_handshake_timeout = tls_handshake_timeout
-        self._nodelay = nodelay
-        self.sockets: list[socket.socket] = []
-        self._removers: list[Callable[[], None]] = []
-        self._tasks: set[asyncio.Future[None]] = set()
-        self._handshaking: set[ReadIntoIOStream] = set()
-        self.stopped = False
-
-    def add_socket(self, sock: socket.socket) -> None:
-        self.sockets.append(sock)
-        self._removers.append(add_accept_handler(sock, self._on_accept))
-
-    def stop(self) -> None:
-        """Stop accepting, close the listening sockets and drop connections
-        still in their TLS handshake; running handlers go on."""
-        if self.stopped:
-            return
-        self.stopped = True
-        for remove in self._removers:
-            remove()
-        for sock in self.sockets:
-            sock.close()
-        self._removers.clear()
-        for stream in list(self._handshaking):
-            stream.close()
-
-    def _on_accept(self, connection: socket.socket, address: Any) -> None:
-        if self.stopped:
-            connection.close()
-            return
-        stream: ReadIntoIOStream
-        try:
-            if self._nodelay and connection.family in (socket.AF_INET, socket.AF_INET6):
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._ssl_context is not None:
-                tls = self._ssl_context.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
-                stream = SSLReadIntoIOStream(tls, ssl_options=self._ssl_context)
-            else:
-                stream = ReadIntoIOStream(connection)
-        except OSError as exc:
-            logger.info("dropping connection from %r: %s", address, exc)
-            connection.close()
-            return
-        task = asyncio.ensure_future(self._serve(stream, address))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, stream: ReadIntoIOStream, address: Any) -> None:
-        if isinstance(stream, SSLReadIntoIOStream):
-            self._handshaking.add(stream)
-            try:
-                await asyncio.wait_for(stream.wait_for_handshake(), self._tls_handshake_timeout)
-            except (OSError, asyncio.TimeoutError) as exc:
-                real = getattr(exc, "real_error", None) or exc
-                logger.warning("TLS handshake with %r failed: %s: %s", address, type(real).__name__, real)
-                stream.close()
-                return
-            finally:
-                self._handshaking.discard(stream)
-        if self.stopped:
-            stream.close()
-            return
-        try:
-            await self._handle_stream(stream, address)
-        except Exception:
-            logger.exception("error handling connection from %r", address)
-            stream.close()
-
-
 class Listener:
     """Accepts connections and runs a handler with a `Comm` for each.
 
@@ -930,7 +831,9 @@ class Listener:
         self._handshake_timeout = handshake_timeout
         self._backlog = backlog
         self._comm_kwargs = kwargs
-        self._server = _StreamServer(self._on_stream, ssl_context=ssl_context, tls_handshake_timeout=handshake_timeout)
+        self._server = HandshakingTCPServer(
+            self._on_stream, ssl_context=ssl_context, tls_handshake_timeout=handshake_timeout
+        )
         self._unix_id: tuple[int, int] | None = None
         self._bound: Any = None
         self._handshaking: set[Comm] = set()
@@ -944,7 +847,7 @@ class Listener:
             self._server.add_socket(sock)
             self._bound = self._loc
             return
-        sockets = _bind_tcp_sockets(self._host, self._port, self._backlog)
+        sockets = bind_tcp_sockets(self._host, self._port, self._backlog)
         for sock in sockets:
             self._server.add_socket(sock)
         # Prefer IPv4 when bound to both families (as dask does).

@@ -50,16 +50,11 @@ from distributed.utils import ensure_ip, get_ip
 from tornado.iostream import StreamClosedError
 
 from .allocators import recycling_allocator
-from .comm import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    WRITE_HIGH_WATER_NBYTES,
-    _bind_tcp_sockets,
-    _open_stream,
-    _StreamServer,
-)
+from .comm import DEFAULT_HANDSHAKE_TIMEOUT, WRITE_HIGH_WATER_NBYTES, open_stream
 from .errors import FramingError, HandshakeError
 from .framed import FramedStream
 from .iostream import ReadIntoIOStream
+from .tcpserver import HandshakingTCPServer, bind_tcp_sockets
 
 __all__ = [
     "ReadIntoComm",
@@ -354,7 +349,7 @@ class ReadIntoTCPConnector(Connector, _EncryptionCheck):
         ssl_context, server_hostname = self._ssl_args(connection_args)
         scheme = "tcp" if ssl_context is None else "tls"
         try:
-            stream = await _open_stream(
+            stream = await open_stream(
                 scheme,
                 unparse_host_port(ip, port),
                 self.prefix + address,
@@ -415,7 +410,7 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
         self.deserialize = deserialize
         self.allow_offload = allow_offload
         self._ssl_context = self._get_ssl_context(connection_args)
-        self._server: _StreamServer | None = None
+        self._server: HandshakingTCPServer | None = None
         self.bound_address: tuple[str, int] | None = None
 
     def _get_ssl_context(self, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
@@ -424,13 +419,13 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
     async def start(self) -> None:
         """Bind (port 0: an ephemeral port) and start accepting."""
         timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
-        server = _StreamServer(
+        server = HandshakingTCPServer(
             self._handle_stream,
             ssl_context=self._ssl_context,
             tls_handshake_timeout=timeout or DEFAULT_HANDSHAKE_TIMEOUT,
         )
         backlog = int(dask.config.get("distributed.comm.socket-backlog"))
-        sockets = _bind_tcp_sockets(self.ip, self.port, backlog)
+        sockets = bind_tcp_sockets(self.ip, self.port, backlog)
         for sock in sockets:
             server.add_socket(sock)
         # Prefer IPv4 when bound to both families, as distributed does.

@@ -1,0 +1,135 @@
+"""Run Tornado's own test modules against this package's entry points.
+
+`mirror` subclasses every test case an upstream module defines, with a mixin
+(`UpstreamGuard`) that, for the duration of each test:
+
+* rebinds names in the upstream module (``TCPServer``, ``TCPClient``,
+  ``websocket_connect``…) to ours, and calls `tornado_readinto.install` when
+  asked to;
+* swaps the stock stream classes that Tornado's *factories* use
+  (``tornado.tcpserver.IOStream``/``SSLIOStream``,
+  ``tornado.tcpclient.IOStream``) for recording subclasses, so that a stream
+  built by a stock server or client fails the test;
+* counts the `ReadIntoIOStream`\\ s built, per upstream module.
+
+Upstream modules are imported as modules (never their classes into our
+namespace), so pytest does not collect the stock tests a second time.
+Tornado's "abstract base" test classes (skipped upstream) are not mirrored.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import unittest
+
+import tornado.tcpclient
+import tornado.tcpserver
+from tornado.iostream import IOStream, SSLIOStream
+
+import tornado_readinto
+from tornado_readinto import ReadIntoIOStream
+
+#: upstream module name -> ReadIntoIOStream instances built while its tests ran
+BUILT = collections.Counter()
+
+_STOCK_FACTORY_GLOBALS = (
+    (tornado.tcpserver, "IOStream", IOStream),
+    (tornado.tcpserver, "SSLIOStream", SSLIOStream),
+    (tornado.tcpclient, "IOStream", IOStream),
+)
+
+
+class UpstreamGuard:
+    """Mixin for a mirrored upstream TestCase (see the module docstring)."""
+
+    upstream_module = None  # set by mirror()
+    upstream_patches: dict = {}  # name in the upstream module -> replacement
+    use_install = False
+
+    def setUp(self):
+        self._undo = []
+        self._stock_streams = []
+        module = self.upstream_module
+        for name, value in self.upstream_patches.items():
+            self._undo.append((module, name, getattr(module, name)))
+            setattr(module, name, value)
+        for mod, name, cls in _STOCK_FACTORY_GLOBALS:
+            self._undo.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, self._recording(cls, f"{mod.__name__}.{name}"))
+        init = ReadIntoIOStream.__init__
+        self._undo.append((ReadIntoIOStream, "__init__", init))
+        key = module.__name__
+
+        def counting_init(stream, *args, **kwargs):
+            BUILT[key] += 1
+            init(stream, *args, **kwargs)
+
+        ReadIntoIOStream.__init__ = counting_init
+        # Importing dask.distributed (other test modules do) sets the
+        # "tornado" logger to CRITICAL; upstream ExpectLog tests need it.
+        logger = logging.getLogger("tornado")
+        self._log_level = logger.level
+        logger.setLevel(logging.NOTSET)
+        if self.use_install:
+            tornado_readinto.install()
+        try:
+            super().setUp()
+        except BaseException:
+            self._restore()
+            raise
+
+    def _recording(self, cls, where):
+        built = self._stock_streams
+
+        class Recording(cls):
+            def __init__(self, *args, **kwargs):
+                built.append(where)
+                super().__init__(*args, **kwargs)
+
+        return Recording
+
+    def _restore(self):
+        if self.use_install:
+            tornado_readinto.uninstall()
+        for obj, name, value in reversed(self._undo):
+            setattr(obj, name, value)
+        self._undo = []
+        logging.getLogger("tornado").setLevel(self._log_level)
+
+    def tearDown(self):
+        try:
+            super().tearDown()
+        finally:
+            self._restore()
+        assert not self._stock_streams, f"stock streams built by Tornado's factories: {self._stock_streams}"
+
+
+def upstream_test_cases(module):
+    """The test case classes that ``module`` defines (not imported ones, not
+    abstract bases), in definition order."""
+    return [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, unittest.TestCase) and obj.__module__ == module.__name__
+    ]
+
+
+def mirror(module, namespace, *, patches=None, use_install=False, overrides=None):
+    """Define in ``namespace`` a guarded subclass of each test case of
+    ``module``; ``overrides`` maps an upstream class name to a dict of extra
+    class attributes (e.g. a replaced method).  Returns the new classes."""
+    made = []
+    for cls in upstream_test_cases(module):
+        attrs = dict(
+            upstream_module=module,
+            upstream_patches=dict(patches or {}),
+            use_install=use_install,
+            __module__=namespace["__name__"],
+            __qualname__=cls.__name__,
+        )
+        attrs.update((overrides or {}).get(cls.__name__, {}))
+        new = type(cls.__name__, (UpstreamGuard, cls), attrs)
+        namespace[cls.__name__] = new
+        made.append(new)
+    return made
