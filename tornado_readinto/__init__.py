@@ -34,6 +34,13 @@ _EXPORTS = {
     "listen": "comm",
     "ReadIntoTCPServer": "tcpserver",
     "ReadIntoTCPClient": "tcpclient",
+    "ReadIntoHTTPServer": "httpserver",
+    "ReadIntoAsyncHTTPClient": "httpclient",
+    "ReadIntoWebSocketClientConnection": "websocket",
+    "websocket_connect": "websocket",
+    "install": "installation",
+    "uninstall": "installation",
+    "installed": "installation",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -50,9 +57,13 @@ if TYPE_CHECKING:  # pragma: no cover
         IncompleteReadError,
         ReadIntoError,
     )
+    from .httpclient import ReadIntoAsyncHTTPClient  # noqa: F401
+    from .httpserver import ReadIntoHTTPServer  # noqa: F401
+    from .installation import install, installed, uninstall  # noqa: F401
     from .iostream import ReadIntoIOStream, SSLReadIntoIOStream  # noqa: F401
     from .tcpclient import ReadIntoTCPClient  # noqa: F401
     from .tcpserver import ReadIntoTCPServer  # noqa: F401
+    from .websocket import ReadIntoWebSocketClientConnection, websocket_connect  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
