@@ -12,7 +12,7 @@ from time import perf_counter
 import pytest
 
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.busypoll import MAX_BUDGET_FACTOR, BusyPoll, spinner_for
+from tornado_readinto.busypoll import MAX_BUDGET_FACTOR, MAX_PROBE_INTERVAL, BusyPoll, spinner_for
 from tornado_readinto.testing import stream_pair
 
 from .conftest import run
@@ -45,21 +45,40 @@ def test_policy_spins_while_the_data_comes_within_the_budget():
     assert (poll.spins, poll.hits, poll.spin, poll.scale) == (3, 3, True, 1)
 
 
-def test_policy_stops_spinning_at_once_for_late_data_and_resumes_when_it_is_quick_again():
-    """A rate-limited, slow or idle peer: no spin after the first late
-    arrival (no backoff to climb), and quick data makes the next read spin."""
+def test_policy_stops_spinning_for_late_data_but_probes_ever_less_often():
+    """A rate-limited, slow or idle peer: after late data the stream spins
+    only for probes after 1, 3, 7, ... up to 255 parks."""
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
-    for i in range(1000):
+    spun = []
+    for i in range(1100):
         now = 100.0 + i
+        before = poll.spins
         poll.parked(now)
+        spun.append(poll.spins > before)
         poll.data_came(now + 0.1)  # 100 budgets later (10 messages/s)
-    assert poll.spins == 1 and len(spinner.deadlines) == 1 and not poll.spin
-    poll.parked(2000.0)
-    poll.data_came(2000.0 + 3 * B)  # not spun for, but soon: spin next time
-    assert poll.spin and poll.scale == 1 and poll.spins == 1
-    poll.parked(2001.0)
-    assert poll.spins == 2 and spinner.deadlines[-1] == 2001.0 + B
+    spins = [i for i, s in enumerate(spun) if s]
+    gaps = [b - a - 1 for a, b in zip(spins, spins[1:])]
+    assert gaps[:8] == [1, 3, 7, 15, 31, 63, 127, 255]
+    assert set(gaps[8:]) == {MAX_PROBE_INTERVAL}
+    assert not poll.spin and poll.hits == 0 and len(spinner.deadlines) == poll.spins == 11
+
+
+def test_policy_resumes_spinning_when_data_is_quick_again():
+    """Two processes that have both stopped spinning: a probe that catches
+    the answer, or any quick data, brings the stream back to spinning."""
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    for i in range(20):
+        poll.parked(100.0 + i)
+        poll.data_came(100.0 + i + 0.1)
+    assert not poll.spin
+    poll.parked(200.0)
+    poll.data_came(200.0 + 3 * B)  # soon, probe or not
+    assert poll.spin and poll.scale == 1
+    spins = poll.spins
+    poll.parked(201.0)
+    assert poll.spins == spins + 1 and spinner.deadlines[-1] == 201.0 + B
 
 
 def test_policy_doubles_the_budget_up_to_the_cap_for_data_just_after_the_spin():
@@ -217,7 +236,8 @@ def test_a_thousand_idle_connections_cost_no_cpu(loop_name):
 
 def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
     """16 connections that each get a message every 20 ms (a rate-limited
-    load): each stream spins once, for its first read, and never again."""
+    load): each stream spins for its first read, then only for one probe
+    in the next four."""
 
     async def main():
         pairs = [await stream_pair(ReadIntoIOStream) for _ in range(16)]
@@ -228,7 +248,7 @@ def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
                 for _, client in pairs:
                     client.write(b"ping")
                 assert await asyncio.gather(*reads) == [4] * len(pairs)
-            assert [server._busy_poll.spins for server, _ in pairs] == [1] * len(pairs)
+            assert [server._busy_poll.spins for server, _ in pairs] == [2] * len(pairs)
             assert not any(server._busy_poll.spin for server, _ in pairs)
         finally:
             for server, client in pairs:
@@ -264,8 +284,9 @@ def test_a_saturated_loop_stops_spinning(loop_name):
             await asyncio.gather(*(echo(s) for s, _ in pairs), *(ping(c) for _, c in pairs))
             polls = [server._busy_poll for server, _ in pairs]
             assert sum(poll.parks for poll in polls) >= 64 * 29
-            # the first read of each stream spins; then almost none do
-            assert sum(poll.spins for poll in polls) <= 64 * 3
+            # the first read of each stream spins; then only rare probes
+            # (after 1, 3, 7, 15 parks: 4 in 30 messages), none of them hits
+            assert sum(poll.spins for poll in polls) <= 64 * 6
         finally:
             for server, client in pairs:
                 server.close()

@@ -18,15 +18,19 @@ Strategy:
   delivered by the loop's ordinary readable callback.
 * One spinner per loop serves all its streams; on a busy loop (many
   connections) it costs one callback per loop iteration, not per message.
-* `BusyPoll` is the adaptive policy of one stream, and it needs no probing:
-  every parked read measures how long its data took, spinning or not, and
-  the next read spins only if the last data came soon.  Data within the
-  budget: spin again.  Data a little later (within `REARM_FACTOR` budgets):
-  spin again, with a budget twice as long if this read spun, up to
-  `MAX_BUDGET_FACTOR` times the base (a dask comm's turnaround includes its
-  serialization).  Data later than that: no spin next time, base budget.
-  So a request/response peer keeps its stream spinning, while connections
-  that are slow, rate-limited or idle stop at once, and so do the
+* `BusyPoll` is the adaptive policy of one stream.  Every parked read
+  measures how long its data took, spinning or not, and the next read spins
+  if the last data came soon.  Data within the budget: spin again.  Data a
+  little later (within `REARM_FACTOR` budgets): spin again, with a budget
+  twice as long if this read spun, up to `MAX_BUDGET_FACTOR` times the base
+  (a dask comm's turnaround includes its serialization).  Data later than
+  that: stop spinning, except for a probe after 1, 3, 7, ... up to
+  `MAX_PROBE_INTERVAL` parks.  The probes matter between two processes that
+  both busy-poll: once both have stopped, each waits for the other to wake
+  up, their round trip can stay over the threshold, and only a spin that
+  happens to catch the answer brings both back to the fast state.  So a
+  request/response peer keeps its stream spinning, while connections that
+  are slow, rate-limited or idle spin only for the rare probe, and so do the
   connections of a saturated server, whose next message arrives only after
   the loop has served all the others (the loop is busy anyway).
 """
@@ -38,7 +42,15 @@ import weakref
 from time import perf_counter
 from typing import Callable
 
-__all__ = ["DEFAULT_BUSY_POLL_S", "MAX_BUDGET_FACTOR", "REARM_FACTOR", "BusyPoll", "LoopSpinner", "spinner_for"]
+__all__ = [
+    "DEFAULT_BUSY_POLL_S",
+    "MAX_BUDGET_FACTOR",
+    "MAX_PROBE_INTERVAL",
+    "REARM_FACTOR",
+    "BusyPoll",
+    "LoopSpinner",
+    "spinner_for",
+]
 
 #: How long a parked read keeps its event loop polling before the loop may
 #: block.  50 us covers a loopback request/response turnaround on the
@@ -49,6 +61,10 @@ DEFAULT_BUSY_POLL_S = 50e-6  # seconds
 #: A parked read whose data came within this many base budgets (500 us by
 #: default) makes the next read spin; later data stops spinning.
 REARM_FACTOR = 10
+
+#: After late data, a stream probes with one spin after 1, 3, 7, ... up to
+#: this many parks without spinning (quick data resets it).
+MAX_PROBE_INTERVAL = 255
 
 #: A spin that ended before data that then came within `REARM_FACTOR`
 #: budgets doubles the next budget, up to this many times the base budget
@@ -121,13 +137,28 @@ class BusyPoll:
     :arg spinner: the stream's loop's `LoopSpinner`.
     """
 
-    __slots__ = ("budget_s", "spinner", "parked_at", "spin", "scale", "parks", "spins", "hits")
+    __slots__ = (
+        "budget_s",
+        "spinner",
+        "parked_at",
+        "spun",
+        "spin",
+        "interval",
+        "skip",
+        "scale",
+        "parks",
+        "spins",
+        "hits",
+    )
 
     def __init__(self, budget_s: float, spinner: LoopSpinner) -> None:
         self.budget_s = budget_s
         self.spinner = spinner
         self.parked_at = 0.0  # when the pending read parked (0: not parked)
+        self.spun = False  # ...and whether it spun
         self.spin = True  # the next parked read spins
+        self.interval = 0  # parks between probes while not spinning
+        self.skip = 0  # parks left before the next probe
         self.scale = 1  # budget in units of budget_s: 1, 2 ... MAX_BUDGET_FACTOR
         self.parks = 0  # reads that waited for data
         self.spins = 0  # of them, those that spun
@@ -137,9 +168,15 @@ class BusyPoll:
         """A pending read found no data: spin if the last data came soon."""
         self.parked_at = now
         self.parks += 1
-        if self.spin:
-            self.spins += 1
-            self.spinner.spin_until(now + self.scale * self.budget_s)
+        if not self.spin:
+            if self.skip:
+                self.skip -= 1
+                self.spun = False
+                return
+            self.skip = self.interval  # a probe; the next one comes later
+        self.spun = True
+        self.spins += 1
+        self.spinner.spin_until(now + self.scale * self.budget_s)
 
     def data_came(self, now: float) -> None:
         """The socket of a parked read became readable: decide about the next."""
@@ -149,14 +186,20 @@ class BusyPoll:
         self.parked_at = 0.0
         waited = now - parked_at
         base = self.budget_s
+        spun = self.spun
         if waited <= self.scale * base:
-            if self.spin:
+            if spun:
                 self.hits += 1  # caught while spinning
-            self.spin = True
         elif waited < REARM_FACTOR * base:
-            if self.spin:  # the spin ended just before the data: longer next time
+            if spun:  # the spin ended just before the data: longer next time
                 self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR)
-            self.spin = True
         else:
-            self.spin = False
+            if self.spin:
+                self.spin = False
+                self.interval = self.skip = 1
+            elif spun:  # a probe that found late data: probe less often
+                self.interval = self.skip = min(2 * self.interval + 1, MAX_PROBE_INTERVAL)
             self.scale = 1
+            return
+        self.spin = True
+        self.interval = self.skip = 0
