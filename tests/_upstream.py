@@ -121,15 +121,19 @@ def mirror(module, namespace, *, patches=None, use_install=False, overrides=None
     class attributes (e.g. a replaced method).  Returns the new classes."""
     made = []
     for cls in upstream_test_cases(module):
+        name = cls.__name__
+        if name in namespace:  # e.g. MaxHeaderSizeTest in two upstream modules
+            name = f"{name}_{module.__name__.rsplit('.', 1)[-1]}"
+        assert name not in namespace, name
         attrs = dict(
             upstream_module=module,
             upstream_patches=dict(patches or {}),
             use_install=use_install,
             __module__=namespace["__name__"],
-            __qualname__=cls.__name__,
+            __qualname__=name,
         )
         attrs.update((overrides or {}).get(cls.__name__, {}))
-        new = type(cls.__name__, (UpstreamGuard, cls), attrs)
-        namespace[cls.__name__] = new
+        new = type(name, (UpstreamGuard, cls), attrs)
+        namespace[name] = new
         made.append(new)
     return made
