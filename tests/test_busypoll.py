@@ -45,11 +45,28 @@ def test_policy_spins_while_the_data_comes_within_the_budget():
     assert (poll.spins, poll.hits, poll.spin, poll.scale) == (3, 3, True, 1)
 
 
-def test_policy_stops_spinning_for_late_data_but_probes_ever_less_often():
-    """A rate-limited, slow or idle peer: after late data the stream spins
+def test_policy_stops_spinning_for_late_data_and_never_probes_where_spinning_never_worked():
+    """A rate-limited, slow or idle peer: one spin, for the first read."""
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    for i in range(1000):
+        poll.parked(100.0 + i)
+        poll.data_came(100.0 + i + 0.1)  # 100 budgets later (10 messages/s)
+    assert poll.spins == len(spinner.deadlines) == 1 and poll.parks == 1000 and not poll.spin
+    poll.parked(2000.0)
+    poll.data_came(2000.0 + 3 * B)  # not spun for, but soon: spin next time
+    assert poll.spin and poll.spins == 1
+    poll.parked(2001.0)
+    assert poll.spins == 2 and spinner.deadlines[-1] == 2001.0 + B
+
+
+def test_policy_probes_ever_less_often_where_spinning_has_worked():
+    """After late data, a stream whose spins have caught data before spins
     only for probes after 1, 3, 7, ... up to 255 parks."""
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
+    poll.parked(50.0)
+    poll.data_came(50.0 + B / 2)  # a hit
     spun = []
     for i in range(1100):
         now = 100.0 + i
@@ -61,7 +78,7 @@ def test_policy_stops_spinning_for_late_data_but_probes_ever_less_often():
     gaps = [b - a - 1 for a, b in zip(spins, spins[1:])]
     assert gaps[:8] == [1, 3, 7, 15, 31, 63, 127, 255]
     assert set(gaps[8:]) == {MAX_PROBE_INTERVAL}
-    assert not poll.spin and poll.hits == 0 and len(spinner.deadlines) == poll.spins == 11
+    assert not poll.spin and poll.hits == 1 and len(spinner.deadlines) == poll.spins == 12
 
 
 def test_policy_resumes_spinning_when_data_is_quick_again():
@@ -69,6 +86,8 @@ def test_policy_resumes_spinning_when_data_is_quick_again():
     the answer, or any quick data, brings the stream back to spinning."""
     spinner = FakeSpinner()
     poll = BusyPoll(B, spinner)
+    poll.parked(50.0)
+    poll.data_came(50.0 + B / 2)  # a hit: spinning worked here
     for i in range(20):
         poll.parked(100.0 + i)
         poll.data_came(100.0 + i + 0.1)
@@ -236,8 +255,7 @@ def test_a_thousand_idle_connections_cost_no_cpu(loop_name):
 
 def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
     """16 connections that each get a message every 20 ms (a rate-limited
-    load): each stream spins for its first read, then only for one probe
-    in the next four."""
+    load): each stream spins for its first read and never again."""
 
     async def main():
         pairs = [await stream_pair(ReadIntoIOStream) for _ in range(16)]
@@ -248,7 +266,7 @@ def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name):
                 for _, client in pairs:
                     client.write(b"ping")
                 assert await asyncio.gather(*reads) == [4] * len(pairs)
-            assert [server._busy_poll.spins for server, _ in pairs] == [2] * len(pairs)
+            assert [server._busy_poll.spins for server, _ in pairs] == [1] * len(pairs)
             assert not any(server._busy_poll.spin for server, _ in pairs)
         finally:
             for server, client in pairs:
@@ -284,9 +302,9 @@ def test_a_saturated_loop_stops_spinning(loop_name):
             await asyncio.gather(*(echo(s) for s, _ in pairs), *(ping(c) for _, c in pairs))
             polls = [server._busy_poll for server, _ in pairs]
             assert sum(poll.parks for poll in polls) >= 64 * 29
-            # the first read of each stream spins; then only rare probes
-            # (after 1, 3, 7, 15 parks: 4 in 30 messages), none of them hits
-            assert sum(poll.spins for poll in polls) <= 64 * 6
+            # the first read of each stream spins, catches nothing, and no
+            # read spins after it
+            assert sum(poll.spins for poll in polls) <= 64 * 2
         finally:
             for server, client in pairs:
                 server.close()

@@ -24,15 +24,16 @@ Strategy:
   little later (within `REARM_FACTOR` budgets): spin again, with a budget
   twice as long if this read spun, up to `MAX_BUDGET_FACTOR` times the base
   (a dask comm's turnaround includes its serialization).  Data later than
-  that: stop spinning, except for a probe after 1, 3, 7, ... up to
-  `MAX_PROBE_INTERVAL` parks.  The probes matter between two processes that
-  both busy-poll: once both have stopped, each waits for the other to wake
-  up, their round trip can stay over the threshold, and only a spin that
-  happens to catch the answer brings both back to the fast state.  So a
-  request/response peer keeps its stream spinning, while connections that
-  are slow, rate-limited or idle spin only for the rare probe, and so do the
-  connections of a saturated server, whose next message arrives only after
-  the loop has served all the others (the loop is busy anyway).
+  that: stop spinning; on a stream where a spin has caught data before,
+  probe with one spin after 1, 3, 7, ... up to `MAX_PROBE_INTERVAL` parks.
+  The probes matter between two processes that both busy-poll: once both
+  have stopped, each waits for the other to wake up, their round trip can
+  stay over the threshold, and only a spin that happens to catch the answer
+  brings both back to the fast state.  So a request/response peer keeps its
+  stream spinning, while connections that are slow, rate-limited or idle
+  stop after their first spin, and so do the connections of a saturated
+  server, whose next message arrives only after the loop has served all the
+  others (the loop is busy anyway).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ DEFAULT_BUSY_POLL_S = 50e-6  # seconds
 #: default) makes the next read spin; later data stops spinning.
 REARM_FACTOR = 10
 
-#: After late data, a stream probes with one spin after 1, 3, 7, ... up to
-#: this many parks without spinning (quick data resets it).
+#: After late data, a stream where spinning has caught data before probes
+#: with one spin after 1, 3, 7, ... up to this many parks without spinning
+#: (quick data resets it).
 MAX_PROBE_INTERVAL = 255
 
 #: A spin that ended before data that then came within `REARM_FACTOR`
@@ -171,6 +173,9 @@ class BusyPoll:
         if not self.spin:
             if self.skip:
                 self.skip -= 1
+                self.spun = False
+                return
+            if not self.hits:  # no probe where spinning never caught data
                 self.spun = False
                 return
             self.skip = self.interval  # a probe; the next one comes later
