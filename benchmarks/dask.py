@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import math
 import sys
 import tempfile
@@ -303,11 +304,31 @@ class Side:
     state: dict[str, Any] = field(default_factory=dict)
 
 
-def _settle(client: Any, timeout_s: float = 30.0) -> None:
-    """Wait until the scheduler has forgotten the previous repetition's tasks."""
+def _task_count(client: Any) -> int:
+    return int(client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)))
+
+
+def _steady_task_count(client: Any, timeout_s: float = 10.0) -> int:
+    """The scheduler's task count once the prepared data's temporaries are
+    gone (three equal reads in a row); persisted collections may keep more
+    tasks than their partitions (a persisted dataframe keeps its released
+    inputs), so this is measured rather than computed."""
     deadline = time.monotonic() + timeout_s
-    while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) > 0:
+    counts = [_task_count(client)]
+    while time.monotonic() < deadline and (len(counts) < 3 or len(set(counts[-3:])) > 1):
+        time.sleep(0.05)
+        counts.append(_task_count(client))
+    return counts[-1]
+
+
+def _settle(client: Any, keep: int = 0, timeout_s: float = 30.0) -> None:
+    """Wait until the scheduler has forgotten the previous repetition's tasks
+    (all but ``keep``, the prepared data), so that the next repetition neither
+    finds its results still in memory nor pays for their release."""
+    deadline = time.monotonic() + timeout_s
+    while _task_count(client) > keep:
         if time.monotonic() > deadline:
+            print(f"warning: the scheduler still holds more than {keep} tasks after {timeout_s:.0f}s", file=sys.stderr)
             break
         time.sleep(0.02)
 
@@ -339,8 +360,6 @@ def rep_tasks(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     values = client.gather(futures)
     check(len(values) == n and sum(values) == n * (n + 1) // 2, f"wrong results of {n} tasks")
-    del futures
-    _settle(client)
     return {"value": n / elapsed, "elapsed_s": elapsed, "count": n}
 
 
@@ -354,8 +373,6 @@ def rep_chain(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     value = future.result(timeout=args.timeout)
     elapsed = time.perf_counter() - started
     check(value == n, f"chain of {n} tasks gave {value}")
-    del future
-    _settle(client)
     return {"value": elapsed, "hops_per_s": n / elapsed, "count": n}
 
 
@@ -391,8 +408,6 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     received = sum(e["keys"][k] for e in mine for k in e["keys"] if str(k) in keys)
     check(received >= len(arrays) * args.transfer_size, f"worker b logged {received} bytes from a")
     duration = sum(e["duration"] for e in mine)
-    del sums, arrays
-    _settle(client)
     return {
         "value": sum(e["total"] for e in mine) / duration / GB if duration > 0 else None,
         "per_transfer_gbps": [e["bandwidth"] / GB for e in mine],
@@ -455,7 +470,6 @@ def rep_rechunk(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     check(y.numblocks == (math.ceil(n / max(1, n // 8)), 1), f"rechunked to {y.numblocks} blocks")
     total = float(side.client.compute(y.sum()).result(timeout=args.timeout))
     check(math.isclose(total, side.state["expected"], rel_tol=1e-9), f"sum after rechunk {total}")
-    del y
     return {"value": elapsed, "nbytes": x.nbytes}
 
 
@@ -501,7 +515,6 @@ def rep_shuffle(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     per_partition = client.compute(shuffled.map_partitions(nunique_keys, meta=(None, "int64")))
     per_partition = per_partition.result(timeout=args.timeout)
     check(int(per_partition.sum()) == side.state["nunique"], "a key landed in more than one partition")
-    del shuffled
     return {"value": elapsed, "rows": rows}
 
 
@@ -585,6 +598,7 @@ def run_workload(
             if workload in PREPARE:
                 try:
                     PREPARE[workload](side, args, -1)
+                    side.state["keep"] = _steady_task_count(side.client)
                 except Exception as exc:  # noqa: BLE001 - recorded, fails the run
                     failed.add(i)
                     results[i].error = f"preparing: {type(exc).__name__}: {exc}"
@@ -598,6 +612,7 @@ def run_workload(
                 if workload in PREPARE_EACH_REP:
                     PREPARE_EACH_REP[workload](side, args, rep + args.warmup)
                 measured = rep_fn(side, args)
+                _settle(side.client, side.state.get("keep", 0))
             except Exception as exc:  # noqa: BLE001 - recorded, fails the run
                 failed.add(i)
                 results[i].error = f"{type(exc).__name__}: {exc}"
@@ -614,7 +629,7 @@ def run_workload(
         for side in sides:
             side.state.clear()
             with contextlib.suppress(Exception):
-                _settle(side.client, 10)
+                _settle(side.client, 0, 10)
     return results
 
 
@@ -737,6 +752,9 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskR
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    # P2P logs every shuffle's start and end at WARNING from the scheduler (in
+    # this process): one pair per rechunk/shuffle repetition, not news.
+    logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
