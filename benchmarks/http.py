@@ -1,0 +1,322 @@
+"""HTTP A/B benchmark: stock Tornado against ``tornado_readinto.install()``.
+
+Run ``python -m benchmarks.http`` (``--help`` for options).  For each
+implementation the same `tornado.web.Application` is served by a server in its
+own process (``install()`` is called there first for ``readinto``); a load
+generator in another process drives it, and the server's CPU time (utime +
+stime from ``/proc/<pid>/stat``) over each case is divided by the requests
+served.
+
+Cases:
+
+* ``hello``: hello-world GET, keep-alive, ``--connections`` (32) connections,
+  for ``--duration`` seconds;
+* ``post``: one ``--body-mib`` (256) MiB POST body (``self.request.body``),
+  ``--repeat`` times;
+* ``put``: the same size as a streaming PUT (``@stream_request_body``);
+* ``download``: a ``--download-mib`` (8) MiB GET response, keep-alive,
+  4 connections, for ``--duration`` seconds.
+
+The load generator is ``wrk`` for ``hello`` when it is on PATH (Debian
+package ``wrk``), otherwise a small asyncio keep-alive client
+(``--load-generator builtin`` forces it).  The table gives requests/s, MiB/s,
+server CPU per request, and the ratio of ``readinto`` to ``stock``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+MiB = 1024 * 1024
+IMPLS = ("stock", "readinto")
+CASES = ("hello", "post", "put", "download")
+DOWNLOAD_CONNECTIONS = 4
+
+
+# -- server ------------------------------------------------------------------------
+
+
+def serve(impl: str, body_nbytes: int, download_nbytes: int) -> None:
+    """Serve the benchmark application on 127.0.0.1 (ephemeral port, printed
+    as one line on stdout) until stdin closes."""
+    from tornado import web
+    from tornado.httpserver import HTTPServer
+    from tornado.ioloop import IOLoop
+    from tornado.netutil import bind_sockets
+
+    if impl == "readinto":
+        import tornado_readinto
+
+        tornado_readinto.install()
+    elif impl != "stock":
+        raise SystemExit(f"unknown impl {impl!r}")
+
+    payload = b"x" * download_nbytes
+
+    class Hello(web.RequestHandler):
+        def get(self) -> None:
+            self.write("Hello, world")
+
+    class Post(web.RequestHandler):
+        def post(self) -> None:
+            self.write(str(len(self.request.body)))
+
+    @web.stream_request_body
+    class Put(web.RequestHandler):
+        def prepare(self) -> None:
+            self.received = 0
+
+        def data_received(self, chunk: bytes) -> None:
+            self.received += len(chunk)
+
+        def put(self) -> None:
+            self.write(str(self.received))
+
+    class Download(web.RequestHandler):
+        def get(self) -> None:
+            self.write(payload)
+
+    app = web.Application([("/", Hello), ("/post", Post), ("/put", Put), ("/download", Download)])
+
+    async def main() -> None:
+        limit = body_nbytes + MiB
+        sockets = bind_sockets(0, address="127.0.0.1")
+        # HTTPServer(...) is what install() configures (Application.listen too)
+        server = HTTPServer(app, max_body_size=limit, max_buffer_size=limit)
+        server.add_sockets(sockets)
+        port = sockets[0].getsockname()[1]
+        print(port, type(server).__name__, flush=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes it
+        server.stop()
+
+    IOLoop.current().run_sync(main)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is the state (field 3); utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- built-in load generator ---------------------------------------------------------
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    match = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+    if not head.startswith(b"HTTP/1.1 200") or match is None:
+        raise RuntimeError(f"unexpected response: {head[:200]!r}")
+    nbytes = int(match.group(1))
+    await reader.readexactly(nbytes)
+    return nbytes
+
+
+async def _keepalive(port: int, path: str, connections: int, duration: float) -> dict[str, float]:
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    deadline = time.perf_counter() + duration
+    counts = [0] * connections
+    nbytes = [0] * connections
+
+    async def one(i: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        try:
+            while time.perf_counter() < deadline:
+                writer.write(request)
+                nbytes[i] += await _read_response(reader)
+                counts[i] += 1
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(connections)))
+    return {"requests": sum(counts), "seconds": time.perf_counter() - start, "nbytes": sum(nbytes)}
+
+
+async def _upload(port: int, method: str, path: str, body_nbytes: int, repeat: int) -> dict[str, float]:
+    body = memoryview(bytearray(body_nbytes))
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {body_nbytes}\r\n\r\n".encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    start = time.perf_counter()
+    try:
+        for _ in range(repeat):
+            writer.write(head)
+            writer.write(body)
+            await writer.drain()
+            await _read_response(reader)
+    finally:
+        writer.close()
+    return {"requests": repeat, "seconds": time.perf_counter() - start, "nbytes": repeat * body_nbytes}
+
+
+def load(case: str, port: int, args: argparse.Namespace) -> dict[str, float]:
+    """Run one case's load (in this process) and return its counts."""
+    if case == "hello":
+        coro = _keepalive(port, "/", args.connections, args.duration)
+    elif case == "download":
+        coro = _keepalive(port, "/download", DOWNLOAD_CONNECTIONS, args.duration)
+    elif case == "post":
+        coro = _upload(port, "POST", "/post", args.body_mib * MiB, args.repeat)
+    elif case == "put":
+        coro = _upload(port, "PUT", "/put", args.body_mib * MiB, args.repeat)
+    else:
+        raise SystemExit(f"unknown case {case!r}")
+    return asyncio.run(coro)
+
+
+def run_wrk(port: int, connections: int, duration: float) -> dict[str, float]:
+    threads = min(connections, os.cpu_count() or 1)
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", f"http://127.0.0.1:{port}/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
+    if match is None:
+        raise RuntimeError(f"cannot parse wrk output:\n{out}")
+    seconds = float(match.group(2)) / (1000 if match.group(3) == "ms" else 1)
+    return {"requests": int(match.group(1)), "seconds": seconds, "nbytes": 0}
+
+
+# -- driver ----------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    impl: str
+    case: str
+    generator: str
+    requests: int
+    seconds: float
+    nbytes: int
+    server_cpu_s: float
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def mib_per_s(self) -> float:
+        return self.nbytes / MiB / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return self.server_cpu_s / self.requests * 1e6 if self.requests else 0.0
+
+
+def run_case(impl: str, case: str, args: argparse.Namespace) -> Result:
+    """Start a server for ``impl``, drive ``case`` against it from another
+    process and measure the server's CPU time over the run."""
+    me = [sys.executable, "-m", "benchmarks.http"]
+    sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)]
+    server = subprocess.Popen(
+        [*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        port_s, server_class = server.stdout.readline().split()
+        expected = "ReadIntoHTTPServer" if impl == "readinto" else "HTTPServer"
+        if server_class != expected:
+            raise RuntimeError(f"{impl} server runs {server_class}, expected {expected}")
+        port = int(port_s)
+        use_wrk = case == "hello" and args.load_generator != "builtin" and shutil.which("wrk")
+        cpu0 = cpu_seconds(server.pid)
+        if use_wrk:
+            counts = run_wrk(port, args.connections, args.duration)
+        else:
+            generator_args = [*sizes, "--connections", str(args.connections), "--duration", str(args.duration)]
+            out = subprocess.run(
+                [*me, "--load", case, "--port", str(port), "--repeat", str(args.repeat), *generator_args],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            counts = json.loads(out)
+        cpu = cpu_seconds(server.pid) - cpu0
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return Result(
+        impl,
+        case,
+        "wrk" if use_wrk else "builtin",
+        int(counts["requests"]),
+        float(counts["seconds"]),
+        int(counts["nbytes"]),
+        cpu,
+    )
+
+
+def format_table(results: list[Result]) -> str:
+    """A plain-text table; ``x stock`` is the ratio of requests/s to the
+    stock result of the same case (and, for CPU, stock's CPU over ours)."""
+    stock = {r.case: r for r in results if r.impl == "stock"}
+    header = (
+        f"{'case':<9} {'impl':<9} {'gen':<7} {'req/s':>9} {'MiB/s':>8} {'cpu us/req':>11} {'x stock':>8} {'cpu x':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        base = stock.get(r.case)
+        speedup = r.requests_per_s / base.requests_per_s if base and base.requests_per_s else float("nan")
+        cpu_ratio = base.cpu_us_per_request / r.cpu_us_per_request if base and r.cpu_us_per_request else float("nan")
+        lines.append(
+            f"{r.case:<9} {r.impl:<9} {r.generator:<7} {r.requests_per_s:>9.1f} {r.mib_per_s:>8.1f} "
+            f"{r.cpu_us_per_request:>11.1f} {speedup:>8.2f} {cpu_ratio:>6.2f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: stock,readinto")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per keep-alive case")
+    parser.add_argument("--connections", type=int, default=32, help="connections of the hello case")
+    parser.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
+    parser.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
+    parser.add_argument("--repeat", type=int, default=3, help="bodies per POST/PUT case")
+    parser.add_argument("--load-generator", choices=("auto", "builtin"), default="auto")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--serve", metavar="IMPL", help=argparse.SUPPRESS)
+    parser.add_argument("--load", metavar="CASE", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.serve:
+        serve(args.serve, args.body_mib * MiB, args.download_mib * MiB)
+        return
+    if args.load:
+        print(json.dumps(load(args.load, args.port, args)))
+        return
+
+    results = []
+    for case in args.cases.split(","):
+        for impl in args.impl.split(","):
+            result = run_case(impl, case, args)
+            print(f"{case} {impl}: {result.requests_per_s:.1f} req/s", file=sys.stderr, flush=True)
+            results.append(result)
+    print(format_table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in results], f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
