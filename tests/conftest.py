@@ -9,6 +9,20 @@ import pytest
 logging.getLogger("tornado.access").setLevel(logging.CRITICAL)
 
 
+@pytest.fixture(autouse=True)
+def _tornado_logs_enabled():
+    """Importing dask.distributed (some test modules do) sets the "tornado"
+    logger to CRITICAL and "tornado.application" to ERROR; Tornado's
+    ExpectLog tests, which several modules reuse, need their warnings."""
+    loggers = [logging.getLogger(name) for name in ("tornado", "tornado.application")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.NOTSET)
+    yield
+    for logger, level in zip(loggers, levels):
+        logger.setLevel(level)
+
+
 LOOPS = ["asyncio", "uvloop"]
 
 

@@ -5,28 +5,15 @@ collect the upstream tests a second time under their own names.
 """
 
 import asyncio
-import logging
 import os
 import ssl
 
-import pytest
 from tornado.netutil import ssl_options_to_context, ssl_wrap_socket
 from tornado.test import iostream_test as upstream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
 
 _TORNADO_TEST_DIR = os.path.dirname(upstream.__file__)
-
-
-@pytest.fixture(autouse=True)
-def _tornado_logs_enabled():
-    """Importing dask.distributed (other test modules do) sets the "tornado"
-    logger to CRITICAL; Tornado's ExpectLog tests need its warnings."""
-    logger = logging.getLogger("tornado")
-    level = logger.level
-    logger.setLevel(logging.NOTSET)
-    yield
-    logger.setLevel(level)
 
 
 def _server_ssl_options():
