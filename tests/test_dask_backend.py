@@ -26,6 +26,7 @@ from distributed.comm.registry import get_backend
 from distributed.protocol import Serialized, dumps, to_serialize
 from distributed.security import Security
 
+from tornado_readinto import ReadIntoIOStream
 from tornado_readinto.dask_backend import (
     ReadIntoComm,
     ReadIntoTCPBackend,
@@ -116,8 +117,11 @@ async def check_client_server(scheme, listen_args, connect_args):
         if scheme == "readinto-tls":
             assert comm.extra_info["peercert"] and comm.extra_info["cipher"]
             assert server.extra_info["peercert"]  # mutual TLS
+        # as distributed's TCP comm: the stream while open, None once closed
+        assert isinstance(comm.stream, ReadIntoIOStream)
+        assert comm.stream.socket.getsockname() == server.stream.socket.getpeername()
         await comm.close()
-        assert comm.closed()
+        assert comm.closed() and comm.stream is None
 
 
 def test_dask_client_server(scheme_args, loop_name):
@@ -265,7 +269,9 @@ async def check_close_flushes_and_abort_breaks(scheme, listen_args, connect_args
         done.clear()
         comm = await connect(listener.contact_address, **connect_args)
         await comm.write({"data": to_serialize(data)})
+        assert comm.stream is not None
         comm.abort()
+        assert comm.stream is None
         await asyncio.wait_for(done.wait(), 10)
         assert len(results) == 1 and isinstance(results[0], CommClosedError), results
         assert "peer closed connection after" in str(results[0])

@@ -180,6 +180,13 @@ class ReadIntoComm(Comm):
     def extra_info(self) -> dict[str, Any]:
         return self._extra
 
+    @property
+    def stream(self) -> ReadIntoIOStream | None:
+        """The `ReadIntoIOStream` under this comm while it is open; None once
+        `close` or `abort` was called (as on distributed's TCP comm, whose
+        ``stream`` code written for it reaches for)."""
+        return None if self._closed else self._stream
+
     def closed(self) -> bool:
         return self._closed or self._stream.closed()
 
