@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import math
 import sys
@@ -42,7 +41,15 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
     sys.exit("run this benchmark as a module: python -m benchmarks.dask")
 
 from benchmarks.echo import _csv, _positive_int, run_meta
-from benchmarks.report import RepeatedMixin, _format_ratio, format_rate, format_seconds, format_size, parse_size
+from benchmarks.report import (
+    RepeatedMixin,
+    _format_ratio,
+    finish_run,
+    format_rate,
+    format_seconds,
+    format_size,
+    parse_size,
+)
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).
 PAIRS: dict[str, tuple[str, str]] = {"tcp": ("tcp", "readinto"), "tls": ("tls", "readinto-tls")}
@@ -760,17 +767,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     results = run(args, progress)
-    print(format_table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(to_json(results, _meta(args, argv)), f, indent=1)
-    if args.plot:
-        plot(results, args.plot)
-    failed = [r for r in results if r.error is not None]
-    if failed:
-        print(f"{len(failed)} workload(s) FAILED", file=sys.stderr)
-        return 1
-    return 0
+    return finish_run(
+        results,
+        format_table(results),
+        json_path=args.json,
+        to_json=lambda: to_json(results, _meta(args, argv)),
+        plot_path=args.plot,
+        plot=plot,
+        what="workload",
+    )
 
 
 if __name__ == "__main__":

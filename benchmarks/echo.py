@@ -34,7 +34,16 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/echo.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.impls import DEFAULT_IMPLS, IMPLS, availability  # noqa: E402
-from benchmarks.report import Result, format_rate, format_size, format_table, parse_size, plot, to_json  # noqa: E402
+from benchmarks.report import (  # noqa: E402
+    Result,
+    finish_run,
+    format_rate,
+    format_size,
+    format_table,
+    parse_size,
+    plot,
+    to_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -347,17 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_case(case, args)
         results.append(result)
         print(_progress(n, len(cases), case, result, time.perf_counter() - started), file=sys.stderr, flush=True)
-    print(format_table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(to_json(results, _meta(args, argv)), f, indent=1)
-    if args.plot:
-        plot(results, args.plot)
-    failed = [r for r in results if r.error is not None]
-    if failed:
-        print(f"{len(failed)} case(s) FAILED", file=sys.stderr)
-        return 1
-    return 0
+    return finish_run(
+        results,
+        format_table(results),
+        json_path=args.json,
+        to_json=lambda: to_json(results, _meta(args, argv)),
+        plot_path=args.plot,
+        plot=plot,
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ fails the case and makes the exit status non-zero.  See benchmarks/README.rst.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from benchmarks.report import (  # noqa: E402
     RepeatedMixin,
     _format_ratio,
     _with_spread,
+    finish_run,
     format_rate,
     format_seconds,
     format_size,
@@ -263,12 +263,7 @@ def to_json(results: Sequence[LoadResult], meta: dict[str, Any] | None = None) -
             **r.extra,
         }
         for metric in METRICS:
-            spread = r.spread(metric)
-            entry[metric] = {
-                "median": r.median(metric),
-                "min": spread[0] if spread else None,
-                "max": spread[1] if spread else None,
-            }
+            entry[metric] = r.summary(metric)
         for baseline in BASELINES:
             entry[f"x_{baseline}"] = ratio(results, r, baseline)
         out.append(entry)
@@ -565,17 +560,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 by_case[case] = result
     results = [by_case[case] for case in cases]
-    print(format_table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(to_json(results, _meta(args, argv)), f, indent=1)
-    if args.plot:
-        plot(results, args.plot)
-    failed = [r for r in results if r.error is not None]
-    if failed:
-        print(f"{len(failed)} case(s) FAILED", file=sys.stderr)
-        return 1
-    return 0
+    return finish_run(
+        results,
+        format_table(results),
+        json_path=args.json,
+        to_json=lambda: to_json(results, _meta(args, argv)),
+        plot_path=args.plot,
+        plot=plot,
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ is asked for and imports matplotlib only when called).
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -70,6 +72,41 @@ class RepeatedMixin:
     def spread(self, metric: str) -> tuple[float, float] | None:
         values = self.values(metric)
         return (min(values), max(values)) if values else None
+
+    def summary(self, metric: str) -> dict[str, float | None]:
+        """``{"median", "min", "max"}`` of ``metric`` over the repeats (for JSON)."""
+        spread = self.spread(metric)
+        return {
+            "median": self.median(metric),
+            "min": spread[0] if spread else None,
+            "max": spread[1] if spread else None,
+        }
+
+
+def finish_run(
+    results: Sequence[Any],
+    table: str,
+    *,
+    json_path: str | None,
+    to_json: Callable[[], dict[str, Any]],
+    plot_path: str | None,
+    plot: Callable[[Sequence[Any], str], None],
+    what: str = "case",
+) -> int:
+    """The end of every benchmark run: print ``table``, write the JSON and
+    the plot if asked, and return the exit status (1 if any result has an
+    ``error``, saying how many on stderr)."""
+    print(table)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(to_json(), f, indent=1)
+    if plot_path:
+        plot(results, plot_path)
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        print(f"{len(failed)} {what}(s) FAILED", file=sys.stderr)
+        return 1
+    return 0
 
 
 @dataclass
@@ -230,12 +267,7 @@ def to_json(results: Sequence[Result], meta: dict[str, Any] | None = None) -> di
             **r.extra,
         }
         for metric in METRICS:
-            spread = r.spread(metric)
-            entry[metric] = {
-                "median": r.median(metric),
-                "min": spread[0] if spread else None,
-                "max": spread[1] if spread else None,
-            }
+            entry[metric] = r.summary(metric)
         for baseline in BASELINES:
             entry[f"x_{baseline}"] = ratio(results, r, baseline)
         out.append(entry)
