@@ -556,7 +556,7 @@ def test_tls_recv_is_clipped_to_1gib():
 def test_start_tls_returns_our_tls_class(tls_contexts):
     async def main():
         server_ctx, client_ctx = tls_contexts
-        server, client = await stream_pair(ReadIntoIOStream)
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
         try:
             await client.write(b"STARTTLS\n")
             assert await server.read_until(b"\n") == b"STARTTLS\n"
@@ -565,6 +565,7 @@ def test_start_tls_returns_our_tls_class(tls_contexts):
                 client.start_tls(False, client_ctx, server_hostname="127.0.0.1"),
             )
             assert isinstance(server_tls, SSLReadIntoIOStream)
+            assert server_tls.busy_poll_s == client_tls.busy_poll_s == 0  # carried over
             payload = random.Random(1).randbytes(200_000)
             await client_tls.write(payload)
             buf = bytearray(len(payload))

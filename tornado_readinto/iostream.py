@@ -1060,6 +1060,7 @@ class ReadIntoIOStream(IOStream):
             max_buffer_size=self.max_buffer_size,
             read_chunk_size=self.read_chunk_size,
             max_write_buffer_size=self.max_write_buffer_size,
+            busy_poll_s=self.busy_poll_s,
         )
         ssl_stream.set_close_callback(close_callback)
         ssl_stream._ssl_connect_future = future  # type: ignore[assignment]
