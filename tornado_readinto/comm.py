@@ -78,7 +78,7 @@ import ssl
 import stat
 import sys
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, Callable, Final, NoReturn, Union
 
 import msgpack
@@ -551,11 +551,13 @@ async def open_stream(
     *,
     ssl_context: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
+    stream_kwargs: Mapping[str, Any] | None = None,
 ) -> ReadIntoIOStream:
     """Open a `ReadIntoIOStream` to ``loc``: one connection attempt (TCP or
     Unix connect, each resolved address in turn, then the TLS handshake with
     ``ssl_context``), with no protocol handshake.  `connect` and the dask
-    backend's connector open their streams with it.
+    backend's connector open their streams with it.  ``stream_kwargs`` (for
+    example ``{"busy_poll_s": 0.0}``) go to the stream's constructor.
 
     .. versionadded:: 0.1
 
@@ -563,8 +565,9 @@ async def open_stream(
     :raises OSError: (including ``StreamClosedError``) the attempt failed.
     """
     stream: ReadIntoIOStream
+    kwargs = stream_kwargs or {}
     if scheme == "unix":
-        stream = ReadIntoIOStream(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        stream = ReadIntoIOStream(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), **kwargs)
         try:
             await stream.connect(loc)
         except BaseException:
@@ -577,9 +580,9 @@ async def open_stream(
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
-            stream = SSLReadIntoIOStream(sock, ssl_options=ssl_context)
+            stream = SSLReadIntoIOStream(sock, ssl_options=ssl_context, **kwargs)
         else:
-            stream = ReadIntoIOStream(sock)
+            stream = ReadIntoIOStream(sock, **kwargs)
         try:
             if isinstance(stream, SSLReadIntoIOStream):
                 await stream.connect(sockaddr, server_hostname=server_hostname or host)

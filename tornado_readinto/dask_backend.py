@@ -66,6 +66,8 @@ __all__ = [
     "ReadIntoTCPBackend",
     "ReadIntoTLSBackend",
     "convert_stream_closed_error",
+    "stream_kwargs",
+    "BUSY_POLL_CONFIG",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +80,28 @@ logger = logging.getLogger(__name__)
 #: plain sockets need no small frames (``sendmsg`` views are clipped to
 #: 16 MiB by the stream; distributed's compressor skips frames over 2 GiB).
 _NO_SPLIT = 1 << 62  # bytes
+
+#: dask config key of the busy-poll budget of the backend's streams (a
+#: timedelta such as ``"50us"``, or 0 to turn busy polling off); unset means
+#: `~tornado_readinto.busypoll.DEFAULT_BUSY_POLL_S`.  Read when a connection
+#: is made or a listener starts; worker processes get it like any dask config
+#: (``DASK_DISTRIBUTED__COMM__READINTO__BUSY_POLL=0`` in the environment).
+BUSY_POLL_CONFIG: Final = "distributed.comm.readinto.busy-poll"
+
+
+def stream_kwargs() -> dict[str, Any]:
+    """The stream arguments that dask config asks for (`BUSY_POLL_CONFIG`).
+
+    :raises ValueError: the configured value is not a duration >= 0.
+    """
+    value = dask.config.get(BUSY_POLL_CONFIG, None)
+    if value is None:
+        return {}
+    seconds = parse_timedelta(value, default="seconds")
+    if seconds is None or not seconds >= 0:
+        raise ValueError(f"{BUSY_POLL_CONFIG} must be a duration >= 0, got {value!r}")
+    return {"busy_poll_s": float(seconds)}
+
 
 #: The same over TLS: a TLS stream hands each queued frame to one
 #: ``SSLSocket.send``, and Python 3.9's ``ssl`` refuses buffers over
@@ -362,6 +386,7 @@ class ReadIntoTCPConnector(Connector, _EncryptionCheck):
                 self.prefix + address,
                 ssl_context=ssl_context,
                 server_hostname=server_hostname or ip,
+                stream_kwargs=stream_kwargs(),
             )
         except (OSError, ssl.SSLError) as exc:  # StreamClosedError, HandshakeError, ours
             convert_stream_closed_error(self, exc)
@@ -430,6 +455,7 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
             self._handle_stream,
             ssl_context=self._ssl_context,
             tls_handshake_timeout=timeout or DEFAULT_HANDSHAKE_TIMEOUT,
+            stream_kwargs=stream_kwargs(),
         )
         backlog = int(dask.config.get("distributed.comm.socket-backlog"))
         sockets = bind_tcp_sockets(self.ip, self.port, backlog)

@@ -17,7 +17,8 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from types import MappingProxyType
 from typing import Any, Callable
 
 from tornado import gen
@@ -62,12 +63,18 @@ class ReadIntoTCPServer(TCPServer):
     .. versionadded:: 0.1
     """
 
+    #: Extra keyword arguments the default `make_stream` passes to each
+    #: stream, for example ``{"busy_poll_s": 0.0}``; set it on the instance
+    #: before the server starts.
+    stream_kwargs: Mapping[str, Any] = MappingProxyType({})
+
     def make_stream(self, connection: socket.socket, address: Any) -> ReadIntoIOStream:
         """Build the stream for an accepted connection.
 
         The default builds a `ReadIntoIOStream` (an `SSLReadIntoIOStream`,
         whose handshake has not started yet, when ``ssl_options`` is set) with
-        the server's ``max_buffer_size`` and ``read_chunk_size``.  Subclasses
+        the server's ``max_buffer_size`` and ``read_chunk_size`` and
+        `stream_kwargs`.  Subclasses
         may return any `ReadIntoIOStream` over ``connection``; an exception is
         logged and the connection dropped, as stock `TCPServer` does.
 
@@ -75,7 +82,9 @@ class ReadIntoTCPServer(TCPServer):
             `ssl.SSLSocket` (handshake pending) when ``ssl_options`` is set.
         :arg address: the peer address, as passed to `handle_stream`.
         """
-        kwargs: dict[str, Any] = dict(max_buffer_size=self.max_buffer_size, read_chunk_size=self.read_chunk_size)
+        kwargs: dict[str, Any] = dict(
+            max_buffer_size=self.max_buffer_size, read_chunk_size=self.read_chunk_size, **self.stream_kwargs
+        )
         if self.ssl_options is not None:
             return SSLReadIntoIOStream(connection, **kwargs)
         return ReadIntoIOStream(connection, **kwargs)
@@ -141,7 +150,9 @@ class HandshakingTCPServer(ReadIntoTCPServer):
       dropped; the handler never sees it;
     * an exception escaping the handler is logged and its stream closed;
     * `stop` also closes connections still in their TLS handshake (running
-      handlers go on).
+      handlers go on);
+    * ``stream_kwargs`` (for example ``{"busy_poll_s": 0.0}``) go to every
+      stream (`ReadIntoTCPServer.stream_kwargs`).
 
     .. versionadded:: 0.1
     """
@@ -153,9 +164,12 @@ class HandshakingTCPServer(ReadIntoTCPServer):
         ssl_context: ssl.SSLContext | None = None,
         tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT,
         nodelay: bool = True,
+        stream_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(ssl_options=ssl_context, **kwargs)
+        if stream_kwargs:
+            self.stream_kwargs = dict(stream_kwargs)
         self.handler = handler
         self.tls_handshake_timeout = tls_handshake_timeout
         self.nodelay = nodelay
