@@ -578,7 +578,7 @@ def open_side(protocol: str, security: Any, args: argparse.Namespace) -> Iterato
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",  # None would mean the default port 8787
         worker_dashboard_address=None,
         **kwargs,
     ) as cluster, Client(cluster, timeout="60s", **kwargs) as client:  # fmt: skip
@@ -683,6 +683,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shuffle-partitions", type=_positive_int, default=16, help="partitions (default: 16)")
     p.add_argument("--event-loop", choices=("asyncio", "tornado", "uvloop"), default="tornado",
                    help="distributed.admin.event-loop for every process (default: tornado, dask's default)")
+    p.add_argument("--busy-poll", metavar="DURATION",
+                   help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us"
+                        " (default: the package's)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
     p.add_argument("--json", metavar="PATH", help="write all results as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
@@ -708,6 +711,7 @@ def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
             "repeat": args.repeat,
             "warmup": args.warmup,
             "event_loop": args.event_loop,
+            "busy_poll": args.busy_poll,
             "sizes": {
                 "rpc": args.rpc,
                 "tasks": args.tasks,
@@ -732,6 +736,9 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskR
         "distributed.p2p.storage.disk": False,
         "distributed.comm.timeouts.connect": "60s",
     }
+    if args.busy_poll is not None:
+        # Only this package's backend reads the key: the baseline is unaffected.
+        config["distributed.comm.readinto.busy-poll"] = args.busy_poll
     with dask.config.set(config), tempfile.TemporaryDirectory(prefix="bench-dask-") as tmp:
         for pair in args.pair:
             baseline, readinto = PAIRS[pair]

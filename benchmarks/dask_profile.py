@@ -26,6 +26,8 @@ threads_per_worker=1, processes=True``, as in ``benchmarks.dask``), in turn.
   scheduler's ``transition_log``, each worker's ``state.log``): the result
   reported to the scheduler, the next task assigned, its input fetched from
   the other worker, the task run.  Medians over the hops.
+* **Trivial tasks**: ``client.map`` of ``--tasks`` tiny tasks: tasks/s, and
+  the sampled split of each process (scheduler and client, both workers).
 * **First touch**: the cost of faulting in a fresh ``--size`` buffer in a
   worker (``np.empty`` then one write pass, against a second pass over the
   same pages), and the worker's ``MALLOC_TRIM_THRESHOLD_``.
@@ -91,7 +93,7 @@ def categorize(frames: Sequence[str]) -> str | None:
     names = [_frame_parts(f)[0] for f in frames]
     if leaf_name in _IDLE_LEAVES or any(n.startswith(_IDLE_FRAMES) for n in names):
         return None
-    if leaf_name in _SYSCALL_LEAVES or leaf_name.startswith(("__libc_send", "__libc_recv")):
+    if "libc" in leaf_where and (leaf_name in _SYSCALL_LEAVES or leaf_name.startswith(("__libc_send", "__libc_recv"))):
         return "syscalls"
     wheres = [_frame_parts(f)[1] for f in frames]
     if any("libssl" in w or "libcrypto" in w or "_ssl.c" in w for w in wheres):
@@ -398,6 +400,32 @@ def profile_chain(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def profile_tasks(side: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``client.map`` of ``--tasks`` trivial tasks (as ``benchmarks.dask``'s
+    tasks workload): tasks/s from an unsampled run, then where each process
+    spends its CPU, sampled over a second run."""
+    from distributed import wait
+
+    from benchmarks.dask import inc
+
+    client = side.client
+    pids = {"scheduler + client": os.getpid(), **dict(zip(("worker a", "worker b"), client.run(os.getpid).values()))}
+
+    def one_run() -> float:
+        started = time.perf_counter()
+        futures = client.map(inc, range(args.tasks), pure=False)
+        wait(futures, timeout=args.timeout)
+        elapsed = time.perf_counter() - started
+        check(sum(client.gather(futures)) == args.tasks * (args.tasks + 1) // 2, "wrong task results")
+        return elapsed
+
+    one_run()  # warm
+    elapsed = one_run()
+    with sampled(list(pids.values()), args.rate) as samples:
+        one_run()
+    return {"tasks_per_s": args.tasks / elapsed, "samples": {name: dict(samples[pid]) for name, pid in pids.items()}}
+
+
 def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2] if ordered else float("nan")
@@ -413,6 +441,13 @@ def _split(samples: dict[str, int], total_ms: float) -> str:
     return "  ".join(f"{c} {samples.get(c, 0) / n * total_ms:.3g}" for c in CATEGORIES if samples.get(c))
 
 
+def _shares(samples: dict[str, int]) -> str:
+    n = sum(samples.values())
+    if not n:
+        return "(no samples)"
+    return "  ".join(f"{c} {samples.get(c, 0) / n:.0%}" for c in CATEGORIES if samples.get(c))
+
+
 def _calls(calls: dict[str, float], top: int = 5) -> str:
     if not calls:
         return "(strace not installed)"
@@ -420,7 +455,7 @@ def _calls(calls: dict[str, float], top: int = 5) -> str:
 
 
 def format_report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [f"RPC: client.scheduler.identity(), client and scheduler in one process; per RPC"]
+    lines = ["RPC: client.scheduler.identity(), client and scheduler in one process; per RPC"]
     for protocol, r in results.items():
         rpc = r["rpc"]
         lines += [
@@ -450,24 +485,32 @@ def format_report(results: dict[str, dict[str, Any]], args: argparse.Namespace) 
             f" ({touch['minflt']:.0f} faults), again {touch['again_ms']:.1f} ms;"
             f" MALLOC_TRIM_THRESHOLD_={touch['MALLOC_TRIM_THRESHOLD_']}"
         )
-    lines.append(f"\nDependent chain, one hop = one task on the other worker; median ms per hop from dask's logs")
+    lines.append("\nDependent chain, one hop = one task on the other worker; median ms per hop from dask's logs")
     for protocol, r in results.items():
         c = r["chain"]
         split = "  ".join(f"{name} {ms:.2f}" for name, ms in c["segments_ms"].items())
         lines.append(f"  {protocol:<13} hop {c['hop_ms']:.2f} ms ({c['hops']} hops): {split}")
     lines += [f"    {name}: {what}" for name, what in HOP_SEGMENTS]
+    lines.append(f"\nTrivial tasks: client.map of {args.tasks} tasks; share of each process's sampled CPU")
+    for protocol, r in results.items():
+        lines.append(f"  {protocol:<13} {r['tasks']['tasks_per_s']:.0f} tasks/s")
+        for name, samples in r["tasks"]["samples"].items():
+            lines.append(f"    {name:<19} {_shares(samples)}")
     return "\n".join(lines)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.dask_profile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.dask_profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--pair", choices=sorted(PAIRS), default="tcp", help="tcp (default) or tls")
     p.add_argument("--rpc", type=int, default=3000, help="RPC round trips per measurement (default: 3000)")
     p.add_argument("--strace-rpc", type=int, default=300, help="RPC round trips counted under strace (default: 300)")
     p.add_argument("--size", type=parse_size, default=64 << 20, help="bytes per transferred array (default: 64MiB)")
     p.add_argument("--count", type=int, default=8, help="arrays transferred (default: 8)")
+    p.add_argument("--tasks", type=int, default=5000, help="trivial tasks (default: 5000)")
     p.add_argument("--hops", type=int, default=300, help="tasks in the dependent chain (default: 300)")
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per step (default: 300)")
@@ -487,7 +530,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{protocol}: transfer...", file=sys.stderr, flush=True)
                 transfer = profile_transfer(side, args)
                 print(f"{protocol}: chain...", file=sys.stderr, flush=True)
-                results[protocol] = {"rpc": rpc, "transfer": transfer, "chain": profile_chain(side, args)}
+                chain = profile_chain(side, args)
+                print(f"{protocol}: tasks...", file=sys.stderr, flush=True)
+                tasks = profile_tasks(side, args)
+                results[protocol] = {"rpc": rpc, "transfer": transfer, "chain": chain, "tasks": tasks}
     print(format_report(results, args))
     if args.json:
         with open(args.json, "w") as f:

@@ -1,6 +1,6 @@
 """The dask benchmark (``python -m benchmarks.dask``): its pure parts on
-hand-made results (ratios, table, JSON round trip, the A/B order, arguments).
-No cluster is started here."""
+hand-made results (ratios, table, JSON round trip, the A/B order,
+arguments), and one tiny real run of every workload over both protocols."""
 
 from __future__ import annotations
 
@@ -136,3 +136,23 @@ def test_bench_dask_plot_writes_png(results: list[DaskResult], tmp_path: Path) -
     path = tmp_path / "dask.png"
     bench.plot(results, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
+    """Every workload runs and passes its own result checks (sums, shapes,
+    row counts) on real tcp:// and readinto:// clusters, the P2P shuffle
+    included (pandas and pyarrow are in the test extra)."""
+    path = tmp_path / "dask.json"
+    argv = [
+        "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--rpc", "20", "--tasks", "40", "--chain", "8",
+        "--transfer-size", "1MiB", "--transfer-count", "2", "--full-size", "8MiB", "--full-chunk", "1MiB",
+        "--rechunk-size", "4MiB", "--shuffle-rows", "4000", "--shuffle-partitions", "4", "--json", str(path),
+    ]  # fmt: skip
+    assert bench.main(argv) == 0
+    rows = json.loads(path.read_text())["results"]
+    assert {(r["workload"], r["protocol"]) for r in rows} == {
+        (w, p) for w in bench.WORKLOADS for p in ("tcp", "readinto")
+    }
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert len(r["repeats"]) == 1 and r["value"]["median"] > 0

@@ -27,6 +27,7 @@ from distributed.protocol import Serialized, dumps, to_serialize
 from distributed.security import Security
 
 from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S
 from tornado_readinto.dask_backend import (
     ReadIntoComm,
     ReadIntoTCPBackend,
@@ -442,8 +443,52 @@ def test_local_cluster_moves_100mb_over_readinto(expected_sum):
 @pytest.mark.timeout(180)
 def test_local_cluster_moves_100mb_over_readinto_tls(security, expected_sum):
     with dask.config.set({"distributed.comm.timeouts.connect": "30s"}):
-        with local_cluster("readinto-tls", security=security) as cluster, Client(
-            cluster, security=security, timeout="30s"
-        ) as client:
+        with (
+            local_cluster("readinto-tls", security=security) as cluster,
+            Client(cluster, security=security, timeout="30s") as client,
+        ):
             assert cluster.scheduler_address.startswith("readinto-tls://")
             run_cluster_computation(client, "readinto-tls", expected_sum)
+
+
+async def check_busy_poll_from_config(scheme, listen_args, connect_args, setting, expected_s):
+    accepted = asyncio.get_running_loop().create_future()
+
+    async def handler(comm):
+        accepted.set_result(comm.stream.busy_poll_s)
+        await comm.close()
+
+    with dask.config.set({"distributed.comm.readinto.busy-poll": setting}):
+        async with listen(f"{scheme}://127.0.0.1:0", handler, **listen_args) as listener:
+            comm = await connect(listener.contact_address, **connect_args)
+            try:
+                assert comm.stream.busy_poll_s == pytest.approx(expected_s)
+                assert await asyncio.wait_for(accepted, 10) == pytest.approx(expected_s)
+            finally:
+                comm.abort()
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected_s"), [(0, 0.0), ("0ms", 0.0), ("120us", 120e-6), (None, DEFAULT_BUSY_POLL_S)]
+)
+def test_dask_busy_poll_comes_from_dask_config_on_both_ends(scheme_args, setting, expected_s):
+    run(check_busy_poll_from_config(*scheme_args, setting, expected_s))
+
+
+def test_dask_busy_poll_config_rejects_a_negative_duration():
+    from tornado_readinto.dask_backend import stream_kwargs
+
+    with dask.config.set({"distributed.comm.readinto.busy-poll": "-1ms"}):
+        with pytest.raises(ValueError, match="distributed.comm.readinto.busy-poll must be a duration >= 0"):
+            stream_kwargs()
+    with dask.config.set({"distributed.comm.readinto.busy-poll": "50us"}):
+        assert stream_kwargs() == {"busy_poll_s": pytest.approx(50e-6)}
+
+
+@pytest.mark.parametrize("value", ["abc", [1]])
+def test_dask_busy_poll_config_rejects_what_is_not_a_duration(value):
+    from tornado_readinto.dask_backend import stream_kwargs
+
+    with dask.config.set({"distributed.comm.readinto.busy-poll": value}):
+        with pytest.raises(ValueError, match="must be a duration >= 0"):
+            stream_kwargs()

@@ -97,7 +97,10 @@ def stream_kwargs() -> dict[str, Any]:
     value = dask.config.get(BUSY_POLL_CONFIG, None)
     if value is None:
         return {}
-    seconds = parse_timedelta(value, default="seconds")
+    try:
+        seconds = parse_timedelta(value, default="seconds")
+    except (ValueError, TypeError, KeyError, AttributeError):  # dask's parser raises all of these
+        seconds = None
     if seconds is None or not seconds >= 0:
         raise ValueError(f"{BUSY_POLL_CONFIG} must be a duration >= 0, got {value!r}")
     return {"busy_poll_s": float(seconds)}
