@@ -443,10 +443,9 @@ def test_local_cluster_moves_100mb_over_readinto(expected_sum):
 @pytest.mark.timeout(180)
 def test_local_cluster_moves_100mb_over_readinto_tls(security, expected_sum):
     with dask.config.set({"distributed.comm.timeouts.connect": "30s"}):
-        with (
-            local_cluster("readinto-tls", security=security) as cluster,
-            Client(cluster, security=security, timeout="30s") as client,
-        ):
+        with local_cluster("readinto-tls", security=security) as cluster, Client(
+            cluster, security=security, timeout="30s"
+        ) as client:
             assert cluster.scheduler_address.startswith("readinto-tls://")
             run_cluster_computation(client, "readinto-tls", expected_sum)
 
