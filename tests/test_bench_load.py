@@ -359,3 +359,17 @@ def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.Mon
     assert ran == ["readinto", "asyncio-streams", "asyncio-streams", "readinto"]
     assert status == 1  # a failure in any round fails the case
     assert parse_args(["--rounds", "3"]).rounds == 3 and parse_args([]).rounds == 1
+
+
+def test_process_stats_reports_the_childs_own_peak_rss() -> None:
+    """A benchmark process started by a big parent reports its own peak RSS,
+    not the parent's (``ru_maxrss`` survives fork and exec on Linux)."""
+    import subprocess
+    import sys
+
+    ballast = bytearray(256 << 20)
+    ballast[:: 1 << 12] = b"x" * len(range(0, len(ballast), 1 << 12))  # touch every page
+    code = "from benchmarks.impls._common import process_stats; print(process_stats()['rss_bytes'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    del ballast
+    assert 0 < int(out) < 128 << 20

@@ -247,9 +247,22 @@ def summarize(stats: Sequence[ConnStats]) -> dict[str, Any]:
     }
 
 
+def _peak_rss_bytes(usage: resource.struct_rusage) -> int:
+    """This process's peak RSS.  On Linux from ``VmHWM``: ``ru_maxrss``
+    carries the peak of the process that forked and exec'd us (the
+    orchestrator), so a small server would report the orchestrator's."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    # ru_maxrss is KiB on Linux, bytes on macOS
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
 def process_stats() -> dict[str, float]:
     """Peak RSS (bytes) and CPU seconds of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    # ru_maxrss is KiB on Linux, bytes on macOS
-    scale = 1 if sys.platform == "darwin" else 1024
-    return {"rss_bytes": usage.ru_maxrss * scale, "cpu_s": usage.ru_utime + usage.ru_stime}
+    return {"rss_bytes": _peak_rss_bytes(usage), "cpu_s": usage.ru_utime + usage.ru_stime}
