@@ -278,15 +278,23 @@ def _fill(result: Result, client: dict[str, Any], server: dict[str, Any], nrepea
         "server_cpu_s": server["cpu_s"],
         "client_cpu_s": client["cpu_s"],
     }
+    verify_counts(client, server, clients=result.clients, nrepeats=nrepeats)
+
+
+def verify_counts(client: dict[str, Any], server: dict[str, Any], *, clients: int, nrepeats: int) -> None:
+    """Raise `CaseFailed` unless the client checked every echo, made both full
+    compares per connection, the server echoed exactly what was sent, and
+    every repeat was measured (the processes' JSON, as from
+    ``benchmarks.impls``)."""
     problems = []
     if client["verified_messages"] != client["messages_sent"]:
         problems.append(f"checked {client['verified_messages']} of {client['messages_sent']} echoes")
-    if client["full_compares"] != 2 * result.clients:
-        problems.append(f"{client['full_compares']} full compares, expected {2 * result.clients}")
+    if client["full_compares"] != 2 * clients:
+        problems.append(f"{client['full_compares']} full compares, expected {2 * clients}")
     if server["messages"] != client["messages_sent"]:
         problems.append(f"server echoed {server['messages']} messages, client sent {client['messages_sent']}")
-    if len(result.repeats) != nrepeats:
-        problems.append(f"{len(result.repeats)} repeats, expected {nrepeats}")
+    if len(client["repeats"]) != nrepeats:
+        problems.append(f"{len(client['repeats'])} repeats, expected {nrepeats}")
     if problems:
         raise CaseFailed("verification: " + "; ".join(problems))
 

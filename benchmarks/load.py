@@ -41,6 +41,7 @@ from benchmarks.echo import (  # noqa: E402
     _Process,
     case_timeout_s,
     run_meta,
+    verify_counts,
 )
 from benchmarks.impls import EVENT_LOOPS, IMPLS, availability  # noqa: E402
 from benchmarks.impls._loadclient import default_client_loop  # noqa: E402
@@ -465,17 +466,7 @@ def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nr
         "server_rss_bytes": server["rss_bytes"],
         "client_rss_bytes": client["rss_bytes"],
     }
-    problems = []
-    if client["verified_messages"] != client["messages_sent"]:
-        problems.append(f"checked {client['verified_messages']} of {client['messages_sent']} echoes")
-    if client["full_compares"] != 2 * result.clients:
-        problems.append(f"{client['full_compares']} full compares, expected {2 * result.clients}")
-    if server["messages"] != client["messages_sent"]:
-        problems.append(f"server echoed {server['messages']} messages, client sent {client['messages_sent']}")
-    if len(result.repeats) != nrepeats:
-        problems.append(f"{len(result.repeats)} repeats, expected {nrepeats}")
-    if problems:
-        raise CaseFailed("verification: " + "; ".join(problems))
+    verify_counts(client, server, clients=result.clients, nrepeats=nrepeats)
 
 
 # -- main --------------------------------------------------------------------------------

@@ -167,3 +167,19 @@ def test_echo_cli_smoke(tmp_path: Path) -> None:
         assert e["full_compares"] == 2
         assert e["msgs_per_s"]["median"] > 0 and e["server_rss_bytes"] > 0
         assert e["window"] == (16 if e["mode"] == "pipelined" else 1)
+
+
+def test_verify_counts_names_every_disagreement() -> None:
+    from benchmarks.echo import CaseFailed, verify_counts
+
+    client = {"verified_messages": 10, "messages_sent": 10, "full_compares": 4, "repeats": [{}, {}]}
+    server = {"messages": 10}
+    verify_counts(client, server, clients=2, nrepeats=2)  # all agree
+    bad_client = {"verified_messages": 9, "messages_sent": 10, "full_compares": 3, "repeats": [{}]}
+    with pytest.raises(CaseFailed) as info:
+        verify_counts(bad_client, {"messages": 8}, clients=2, nrepeats=2)
+    message = str(info.value)
+    assert message.startswith("verification: ")
+    for part in ("checked 9 of 10 echoes", "3 full compares, expected 4",
+                 "server echoed 8 messages, client sent 10", "1 repeats, expected 2"):  # fmt: skip
+        assert part in message
