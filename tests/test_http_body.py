@@ -1,7 +1,8 @@
-"""Request bodies under ReadIntoHTTPServer: a fixed-length body is received
-with read_into into one growing buffer that becomes request.body; a streamed
-body is cut into chunk_size pieces from one bounded buffer; limits,
-truncation, gzip, 100-continue and unknown delegates behave as stock.
+"""Request and response bodies under ReadIntoHTTPServer: a fixed-length
+body is received with read_into into one growing buffer that becomes
+request.body; a streamed body is cut into chunk_size pieces from one bounded
+buffer; limits, truncation, gzip, 100-continue and unknown delegates behave
+as stock; a large response chunk leaves with its headers in one gather write.
 
 All over real sockets on 127.0.0.1; the checks count calls and bytes, never
 time."""
@@ -20,10 +21,13 @@ import tracemalloc
 import pytest
 import tornado
 from tornado import httputil, web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from tornado.simple_httpclient import HTTPStreamClosedError
 from tornado.testing import bind_unused_port
 
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
 from tornado_readinto.httpserver import (
+    GATHER_MIN_NBYTES,
     INITIAL_BODY_NBYTES,
     STREAM_RECV_NBYTES,
     YIELD_NBYTES,
@@ -77,8 +81,26 @@ class _Streamed(web.RequestHandler):
         EVENTS.append(("streamed closed", sum(self.sizes)))
 
 
+#: What the response handlers send (made before any tracing starts).
+PAYLOAD = bytes(range(256)) * (16 * 1024)  # 4 MiB
+
+
+class _Download(web.RequestHandler):
+    def get(self):
+        mode = self.get_query_argument("mode", "whole")
+        if mode == "whole":  # one write_headers(..., chunk) with Content-Length
+            self.write(PAYLOAD)
+        elif mode == "chunked":  # flushed without Content-Length: chunked encoding
+            self.write(PAYLOAD)
+            self.flush()
+            self.write(PAYLOAD[:1000])
+        elif mode == "too-long":  # a Content-Length shorter than the body
+            self.set_header("Content-Length", "10")
+            self.write(PAYLOAD)
+
+
 def _app():
-    return web.Application([("/body", _Body), ("/streamed", _Streamed)])
+    return web.Application([("/body", _Body), ("/streamed", _Streamed), ("/download", _Download)])
 
 
 @pytest.fixture
@@ -476,3 +498,78 @@ def test_http_body_unknown_delegate_falls_back_to_stock(reads):
     run(main())
     assert b"".join(received) == body
     assert {c[0] for c in reads} == {"read_bytes"}
+
+
+# -- responses ---------------------------------------------------------------------------
+
+
+def test_http_response_large_chunk_leaves_with_its_headers_in_one_gather_write(monkeypatch):
+    writes = []
+    writelines = ReadIntoIOStream.writelines
+
+    def recording_writelines(self, buffers):
+        buffers = list(buffers)
+        writes.append([len(b) for b in buffers])
+        return writelines(self, buffers)
+
+    monkeypatch.setattr(ReadIntoIOStream, "writelines", recording_writelines)
+    assert len(PAYLOAD) >= GATHER_MIN_NBYTES
+    buf = bytearray(len(PAYLOAD))
+
+    async def main():
+        server, port = await _serve()
+        try:
+            tracemalloc.start()
+            status, nbytes = await asyncio.get_running_loop().run_in_executor(
+                None, _blocking_get_into, port, "/download?mode=whole", buf
+            )
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert status.startswith(b"HTTP/1.1 200") and nbytes == len(PAYLOAD) and buf == PAYLOAD
+            return peak
+        finally:
+            await _stop(server)
+
+    peak = run(main())
+    # header block and the 4 MiB chunk, by reference, in one writelines
+    assert len(writes) == 1 and len(writes[0]) == 2 and writes[0][1] == len(PAYLOAD)
+    # no copy of the body (stock: data += chunk makes one of 4 MiB)
+    assert peak < len(PAYLOAD) // 2, peak
+
+
+def _blocking_get_into(port, path, buf):
+    """GET ``path``; receive the body into ``buf`` (allocated before any
+    tracing, so that tracemalloc sees only the server)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as reader:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        status = reader.readline()
+        while reader.readline() not in (b"\r\n", b""):
+            pass
+        view, filled = memoryview(buf), 0
+        while filled < len(buf):
+            n = reader.readinto(view[filled:])
+            if not n:
+                break
+            filled += n
+        return status, filled
+
+
+def test_http_response_chunked_and_over_length_keep_stock_behaviour(caplog):
+    async def main():
+        server, port = await _serve()
+        client = AsyncHTTPClient(force_instance=True)
+        try:
+            response = await client.fetch(f"http://127.0.0.1:{port}/download?mode=chunked")
+            assert response.body == PAYLOAD + PAYLOAD[:1000]
+            assert response.headers.get("Transfer-Encoding") == "chunked"
+            response = await client.fetch(f"http://127.0.0.1:{port}/download?mode=whole")
+            assert response.body == PAYLOAD
+            with pytest.raises((HTTPClientError, HTTPStreamClosedError)):
+                await client.fetch(f"http://127.0.0.1:{port}/download?mode=too-long")
+        finally:
+            client.close()
+            await _stop(server)
+
+    with caplog.at_level(logging.ERROR):
+        run(main())
+    assert any("Tried to write more data than Content-Length" in str(r.exc_info) for r in caplog.records if r.exc_info)

@@ -115,6 +115,7 @@ PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
     (Configurable, "_restore_configuration"),
     (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
     (HTTP1Connection, "_read_fixed_body"),  # ReadIntoHTTP1Connection: bodies via read_into
+    (HTTP1Connection, "_format_chunk"),  # ReadIntoHTTP1Connection.write_headers frames its gathered chunk
 )
 
 #: Private instance attributes set by Tornado's ``__init__``/``initialize``
