@@ -17,10 +17,18 @@ Cases:
 * ``download``: a ``--download-mib`` (8) MiB GET response, keep-alive,
   4 connections, for ``--duration`` seconds.
 
-The load generator is ``wrk`` for ``hello`` when it is on PATH (Debian
-package ``wrk``), otherwise a small asyncio keep-alive client
-(``--load-generator builtin`` forces it).  The table gives requests/s, MiB/s,
-server CPU per request, and the ratio of ``readinto`` to ``stock``.
+The load generator for ``hello`` and ``download`` is ``wrk`` when it is on
+PATH (Debian package ``wrk``), otherwise a small asyncio keep-alive client
+(``--load-generator builtin`` forces it).  Bodies are uploaded from one
+blocking socket with ``sendall`` of a buffer made before the timed window, so
+the client copies nothing in user space and the server is what is measured.
+The table gives requests/s, MiB/s, server CPU per request, and the ratio of
+``readinto`` to ``stock``.
+
+``--rounds N`` runs every case N times, in fresh server processes, with the
+order of the implementations alternating (stock first, then readinto first,
+...); the table then gives medians with (min-max), and the ratios to stock
+are taken within each round (side by side) before their median and spread.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -113,12 +123,19 @@ def cpu_seconds(pid: int) -> float:
 # -- built-in load generator ---------------------------------------------------------
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    match = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+def _content_length(head: bytes) -> int:
+    """The Content-Length of a 200 response head.
+
+    :raises RuntimeError: another status, or no Content-Length.
+    """
+    match = re.search(rb"(?i)\r?\ncontent-length:\s*(\d+)", head)
     if not head.startswith(b"HTTP/1.1 200") or match is None:
         raise RuntimeError(f"unexpected response: {head[:200]!r}")
-    nbytes = int(match.group(1))
+    return int(match.group(1))
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    nbytes = _content_length(await reader.readuntil(b"\r\n\r\n"))
     await reader.readexactly(nbytes)
     return nbytes
 
@@ -144,20 +161,34 @@ async def _keepalive(port: int, path: str, connections: int, duration: float) ->
     return {"requests": sum(counts), "seconds": time.perf_counter() - start, "nbytes": sum(nbytes)}
 
 
-async def _upload(port: int, method: str, path: str, body_nbytes: int, repeat: int) -> dict[str, float]:
-    body = memoryview(bytearray(body_nbytes))
+#: Bodies are sent in pieces of this size, all from one buffer that stays in
+#: the CPU cache, so the client's own copy into the kernel is as cheap as it
+#: can be and the server is what is measured.
+UPLOAD_PIECE_NBYTES = MiB
+
+
+def _upload(port: int, method: str, path: str, body_nbytes: int, repeat: int) -> dict[str, float]:
+    """Send ``repeat`` bodies over one keep-alive connection, each answered
+    before the next, with blocking ``sendall`` calls of one
+    `UPLOAD_PIECE_NBYTES` buffer (asyncio's transport would first copy each
+    body into a buffer of its own: the client would be the bottleneck)."""
+    piece = memoryview(bytearray(min(body_nbytes, UPLOAD_PIECE_NBYTES)))
     head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {body_nbytes}\r\n\r\n".encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    start = time.perf_counter()
-    try:
+    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as reader:
+        start = time.perf_counter()
         for _ in range(repeat):
-            writer.write(head)
-            writer.write(body)
-            await writer.drain()
-            await _read_response(reader)
-    finally:
-        writer.close()
-    return {"requests": repeat, "seconds": time.perf_counter() - start, "nbytes": repeat * body_nbytes}
+            sock.sendall(head)
+            for offset in range(0, body_nbytes, len(piece)):
+                sock.sendall(piece[: body_nbytes - offset])
+            lines = []
+            while True:
+                line = reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                lines.append(line)
+            reader.read(_content_length(b"".join(lines)))
+        seconds = time.perf_counter() - start
+    return {"requests": repeat, "seconds": seconds, "nbytes": repeat * body_nbytes}
 
 
 def load(case: str, port: int, args: argparse.Namespace) -> dict[str, float]:
@@ -167,18 +198,21 @@ def load(case: str, port: int, args: argparse.Namespace) -> dict[str, float]:
     elif case == "download":
         coro = _keepalive(port, "/download", DOWNLOAD_CONNECTIONS, args.duration)
     elif case == "post":
-        coro = _upload(port, "POST", "/post", args.body_mib * MiB, args.repeat)
+        return _upload(port, "POST", "/post", args.body_mib * MiB, args.repeat)
     elif case == "put":
-        coro = _upload(port, "PUT", "/put", args.body_mib * MiB, args.repeat)
+        return _upload(port, "PUT", "/put", args.body_mib * MiB, args.repeat)
     else:
         raise SystemExit(f"unknown case {case!r}")
     return asyncio.run(coro)
 
 
-def run_wrk(port: int, connections: int, duration: float) -> dict[str, float]:
+def run_wrk(port: int, path: str, connections: int, duration: float, response_nbytes: int = 0) -> dict[str, float]:
+    """Drive GET ``path`` with ``wrk`` (keep-alive; one thread per core, at
+    most one per connection); ``nbytes`` counts ``response_nbytes`` per
+    request."""
     threads = min(connections, os.cpu_count() or 1)
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", f"http://127.0.0.1:{port}/"],
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", f"http://127.0.0.1:{port}{path}"],
         capture_output=True,
         text=True,
         check=True,
@@ -187,7 +221,8 @@ def run_wrk(port: int, connections: int, duration: float) -> dict[str, float]:
     if match is None:
         raise RuntimeError(f"cannot parse wrk output:\n{out}")
     seconds = float(match.group(2)) / (1000 if match.group(3) == "ms" else 1)
-    return {"requests": int(match.group(1)), "seconds": seconds, "nbytes": 0}
+    requests = int(match.group(1))
+    return {"requests": requests, "seconds": seconds, "nbytes": requests * response_nbytes}
 
 
 # -- driver ----------------------------------------------------------------------------
@@ -202,6 +237,7 @@ class Result:
     seconds: float
     nbytes: int
     server_cpu_s: float
+    round: int = 0
 
     @property
     def requests_per_s(self) -> float:
@@ -216,14 +252,12 @@ class Result:
         return self.server_cpu_s / self.requests * 1e6 if self.requests else 0.0
 
 
-def run_case(impl: str, case: str, args: argparse.Namespace) -> Result:
+def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 0) -> Result:
     """Start a server for ``impl``, drive ``case`` against it from another
     process and measure the server's CPU time over the run."""
     me = [sys.executable, "-m", "benchmarks.http"]
     sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)]
-    server = subprocess.Popen(
-        [*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+    server = subprocess.Popen([*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdin is not None
         port_s, server_class = server.stdout.readline().split()
@@ -231,10 +265,12 @@ def run_case(impl: str, case: str, args: argparse.Namespace) -> Result:
         if server_class != expected:
             raise RuntimeError(f"{impl} server runs {server_class}, expected {expected}")
         port = int(port_s)
-        use_wrk = case == "hello" and args.load_generator != "builtin" and shutil.which("wrk")
+        use_wrk = case in ("hello", "download") and args.load_generator != "builtin" and shutil.which("wrk")
         cpu0 = cpu_seconds(server.pid)
-        if use_wrk:
-            counts = run_wrk(port, args.connections, args.duration)
+        if use_wrk and case == "hello":
+            counts = run_wrk(port, "/", args.connections, args.duration)
+        elif use_wrk:
+            counts = run_wrk(port, "/download", DOWNLOAD_CONNECTIONS, args.duration, args.download_mib * MiB)
         else:
             generator_args = [*sizes, "--connections", str(args.connections), "--duration", str(args.duration)]
             out = subprocess.run(
@@ -261,25 +297,65 @@ def run_case(impl: str, case: str, args: argparse.Namespace) -> Result:
         float(counts["seconds"]),
         int(counts["nbytes"]),
         cpu,
+        round_index,
     )
+
+
+def _median_spread(values: list[float], fmt: str) -> str:
+    """``median`` alone for one value, else ``median (min-max)``."""
+    median = format(statistics.median(values), fmt)
+    if len(values) < 2:
+        return median
+    return f"{median} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def round_ratios(results: list[Result], case: str, impl: str) -> tuple[list[float], list[float]]:
+    """Per round: ``impl``'s requests/s over stock's, and stock's CPU per
+    request over ``impl``'s, against the stock result of the same case and
+    round."""
+    stock = {r.round: r for r in results if r.impl == "stock" and r.case == case}
+    speed, cpu = [], []
+    for r in results:
+        base = stock.get(r.round)
+        if r.impl != impl or r.case != case or base is None:
+            continue
+        if base.requests_per_s and r.requests_per_s:
+            speed.append(r.requests_per_s / base.requests_per_s)
+        if r.cpu_us_per_request:
+            cpu.append(base.cpu_us_per_request / r.cpu_us_per_request)
+    return speed, cpu
 
 
 def format_table(results: list[Result]) -> str:
-    """A plain-text table; ``x stock`` is the ratio of requests/s to the
-    stock result of the same case (and, for CPU, stock's CPU over ours)."""
-    stock = {r.case: r for r in results if r.impl == "stock"}
-    header = (
-        f"{'case':<9} {'impl':<9} {'gen':<7} {'req/s':>9} {'MiB/s':>8} {'cpu us/req':>11} {'x stock':>8} {'cpu x':>6}"
-    )
-    lines = [header, "-" * len(header)]
+    """A plain-text table, one row per case and implementation: medians
+    over the rounds, with (min-max) when there are several.  ``x stock`` is
+    the ratio of requests/s to stock's in the same round (``cpu x``: stock's
+    CPU per request over this one's), summarised the same way."""
+    header = ["case", "impl", "gen", "req/s", "MiB/s", "cpu us/req", "x stock", "cpu x"]
+    rows: dict[tuple[str, str], list[Result]] = {}
     for r in results:
-        base = stock.get(r.case)
-        speedup = r.requests_per_s / base.requests_per_s if base and base.requests_per_s else float("nan")
-        cpu_ratio = base.cpu_us_per_request / r.cpu_us_per_request if base and r.cpu_us_per_request else float("nan")
-        lines.append(
-            f"{r.case:<9} {r.impl:<9} {r.generator:<7} {r.requests_per_s:>9.1f} {r.mib_per_s:>8.1f} "
-            f"{r.cpu_us_per_request:>11.1f} {speedup:>8.2f} {cpu_ratio:>6.2f}"
+        rows.setdefault((r.case, r.impl), []).append(r)
+    table = [header]
+    for (case, impl), mine in rows.items():
+        speed, cpu = round_ratios(results, case, impl)
+        table.append(
+            [
+                case,
+                impl,
+                mine[0].generator,
+                _median_spread([r.requests_per_s for r in mine], ".1f"),
+                f"{statistics.median(r.mib_per_s for r in mine):.1f}",
+                f"{statistics.median(r.cpu_us_per_request for r in mine):.1f}",
+                _median_spread(speed, ".2f") if speed else "nan",
+                _median_spread(cpu, ".2f") if cpu else "nan",
+            ]
         )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = [
+        " ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in table
+    ]
+    lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
@@ -292,6 +368,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
     parser.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
     parser.add_argument("--repeat", type=int, default=3, help="bodies per POST/PUT case")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every case this many times, alternating which implementation goes first; "
+        "medians and (min-max) in the table, ratios taken within each round (default: 1)",
+    )
     parser.add_argument("--load-generator", choices=("auto", "builtin"), default="auto")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--serve", metavar="IMPL", help=argparse.SUPPRESS)
@@ -307,11 +390,18 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     results = []
-    for case in args.cases.split(","):
-        for impl in args.impl.split(","):
-            result = run_case(impl, case, args)
-            print(f"{case} {impl}: {result.requests_per_s:.1f} req/s", file=sys.stderr, flush=True)
-            results.append(result)
+    impls = args.impl.split(",")
+    for round_index in range(args.rounds):
+        for case in args.cases.split(","):
+            for impl in impls if round_index % 2 == 0 else impls[::-1]:
+                result = run_case(impl, case, args, round_index)
+                print(
+                    f"round {round_index + 1}/{args.rounds} {case} {impl}: {result.requests_per_s:.1f} req/s, "
+                    f"{result.cpu_us_per_request:.1f} us CPU/req",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                results.append(result)
     print(format_table(results))
     if args.json:
         with open(args.json, "w") as f:

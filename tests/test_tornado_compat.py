@@ -76,8 +76,10 @@ def test_compat_entry_point_hooks_exist():
     from tornado.tcpserver import TCPServer
 
     from tornado_readinto import ReadIntoTCPClient, ReadIntoTCPServer
+    from tornado_readinto.httpserver import ReadIntoHTTP1Connection
 
     # our copies override exactly the stock private methods
+    assert ReadIntoHTTP1Connection._read_fixed_body is not _tornado_compat.HTTP1Connection._read_fixed_body
     assert ReadIntoTCPServer._handle_connection is not TCPServer._handle_connection
     assert ReadIntoTCPClient._create_stream is not TCPClient._create_stream
 
@@ -99,11 +101,15 @@ def test_compat_private_instance_attributes_exist():
         sock.close()
         request = HTTPRequest(f"ws://127.0.0.1:{port}/", connect_timeout=5)
         ws = WebSocketClientConnection(_tornado_compat._RequestProxy(request, HTTPRequest._DEFAULTS))
+        a, b = socket.socketpair()
+        stream = IOStream(a)
+        http_conn = _tornado_compat.HTTP1Connection(stream, False)
         try:
             instances = {
                 "tornado.tcpclient.TCPClient": client,
                 "tornado.simple_httpclient.SimpleAsyncHTTPClient": http_client,
                 "tornado.websocket.WebSocketClientConnection": ws,
+                **_http_delegates(http_conn),
             }
             for qualname, names in _tornado_compat.PRIVATE_INSTANCE_ATTRS.items():
                 for name in names:
@@ -117,5 +123,68 @@ def test_compat_private_instance_attributes_exist():
         finally:
             client.close()
             http_client.close()
+            stream.close()
+            b.close()
+
+    run(main())
+
+
+def _http_delegates(http_conn):
+    """One instance of each HTTP message delegate class whose attributes
+    `tornado_readinto.httpserver` reads, keyed like PRIVATE_INSTANCE_ATTRS."""
+    from tornado import httputil, web
+
+    app = web.Application([("/", web.RequestHandler)])
+    request = httputil.HTTPServerRequest(
+        start_line=httputil.RequestStartLine("POST", "/", "HTTP/1.1"),
+        headers=httputil.HTTPHeaders({"Host": "x"}),
+        connection=http_conn,
+    )
+    handler_delegate = _tornado_compat._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
+    callable_adapter = _tornado_compat._CallableAdapter(lambda request: None, http_conn)
+    return {
+        "tornado.http1connection.HTTP1Connection": http_conn,
+        "tornado.http1connection._GzipMessageDelegate": _tornado_compat._GzipMessageDelegate(
+            callable_adapter, 65536, 1 << 20
+        ),
+        "tornado.httpserver._ProxyAdapter": _tornado_compat._ProxyAdapter(callable_adapter, http_conn),
+        "tornado.httpserver._CallableAdapter": callable_adapter,
+        "tornado.routing._RoutingDelegate": _tornado_compat._RoutingDelegate(app, None, http_conn),
+        "tornado.web._HandlerDelegate": handler_delegate,
+    }
+
+
+def test_compat_body_sinks_turn_a_stored_bytes_into_request_body_without_copy():
+    """ReadIntoHTTP1Connection stores the whole body in the sink's chunks
+    (a bytearray in Tornado 6.6, a list in 6.5); its finish() must make that
+    very object request.body."""
+    from tornado import httputil, web
+
+    async def main():
+        a, b = socket.socketpair()
+        stream = IOStream(a)
+        try:
+            conn = _tornado_compat.HTTP1Connection(stream, False)
+            body = b"x" * 100_000
+            seen: list = []
+            adapter = _tornado_compat._CallableAdapter(seen.append, conn)
+            start_line = httputil.RequestStartLine("POST", "/", "HTTP/1.1")
+            headers = httputil.HTTPHeaders({"Host": "x", "Content-Type": "application/octet-stream"})
+            adapter.headers_received(start_line, headers)
+            adapter._chunks = [body] if isinstance(adapter._chunks, list) else body  # type: ignore[assignment]
+            adapter.finish()
+            assert seen[0].body is body
+
+            app = web.Application([("/", web.RequestHandler)])
+            request = httputil.HTTPServerRequest(start_line=start_line, headers=headers, connection=conn)
+            delegate = _tornado_compat._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
+            assert delegate.stream_request_body is False
+            delegate.execute = lambda: None  # type: ignore[method-assign]  # finish() stores the body, then executes
+            delegate.chunks = [body] if isinstance(delegate.chunks, list) else body  # type: ignore[assignment]
+            delegate.finish()
+            assert request.body is body
+        finally:
+            stream.close()
+            b.close()
 
     run(main())

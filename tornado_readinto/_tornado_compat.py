@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import tornado
 from tornado.concurrent import future_set_result_unless_cancelled
+from tornado.http1connection import HTTP1Connection, _ExceptionLoggingContext, _GzipMessageDelegate
 from tornado.httpclient import HTTPRequest, _RequestProxy
+from tornado.httpserver import _CallableAdapter, _ProxyAdapter
 from tornado.iostream import (
     _ERRNO_CONNRESET,
     IOStream,
@@ -22,10 +24,12 @@ from tornado.iostream import (
     _StreamBuffer,
 )
 from tornado.netutil import _client_ssl_defaults, _server_ssl_defaults, ssl_wrap_socket
+from tornado.routing import _RoutingDelegate
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from tornado.tcpclient import TCPClient
 from tornado.tcpserver import TCPServer
 from tornado.util import Configurable
+from tornado.web import _HandlerDelegate
 
 __all__ = [
     "MIN_TORNADO",
@@ -33,11 +37,18 @@ __all__ = [
     "PRIVATE_INSTANCE_ATTRS",
     "PRIVATE_STREAM_ATTRS",
     "Configurable",
+    "HTTP1Connection",
     "HTTPRequest",
     "SimpleAsyncHTTPClient",
     "TCPClient",
     "TCPServer",
     "_RequestProxy",
+    "_CallableAdapter",
+    "_ExceptionLoggingContext",
+    "_GzipMessageDelegate",
+    "_HandlerDelegate",
+    "_ProxyAdapter",
+    "_RoutingDelegate",
     "IOStream",
     "SSLIOStream",
     "StreamBufferFullError",
@@ -59,10 +70,7 @@ __all__ = [
 MIN_TORNADO = (6, 5)
 
 if tornado.version_info[:2] < MIN_TORNADO or tornado.version_info[0] != 6:
-    raise ImportError(
-        f"tornado_readinto needs tornado>={MIN_TORNADO[0]}.{MIN_TORNADO[1]},<7, "
-        f"found {tornado.version}"
-    )
+    raise ImportError(f"tornado_readinto needs tornado>={MIN_TORNADO[0]}.{MIN_TORNADO[1]},<7, found {tornado.version}")
 
 #: Private `BaseIOStream` attributes that this package reads or writes, and that
 #: dask.distributed's TCP comm uses (``_write_buffer``, ``_total_write_index``).
@@ -106,17 +114,33 @@ PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
     (Configurable, "_save_configuration"),  # install() / uninstall()
     (Configurable, "_restore_configuration"),
     (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
+    (HTTP1Connection, "_read_fixed_body"),  # ReadIntoHTTP1Connection: bodies via read_into
+    (HTTP1Connection, "_format_chunk"),  # ReadIntoHTTP1Connection.write_headers frames its gathered chunk
 )
 
 #: Private instance attributes set by Tornado's ``__init__``/``initialize``
 #: that we read or replace: ``TCPClient._own_resolver`` (who closes the
 #: resolver), ``SimpleAsyncHTTPClient.tcp_client`` (the client's connection
-#: factory) and ``WebSocketClientConnection.tcp_client``.  An instance is
-#: needed to see them; ``tests/test_tornado_compat.py`` checks them.
+#: factory) and ``WebSocketClientConnection.tcp_client``; and, for
+#: `tornado_readinto.httpserver`, the HTTP message delegate chain it walks
+#: (``_GzipMessageDelegate._delegate``/``_decompressor``, ``_ProxyAdapter`` and
+#: ``_RoutingDelegate`` ``.delegate``), where the body is stored
+#: (``_HandlerDelegate.chunks``, ``_CallableAdapter._chunks``: a bytearray in
+#: Tornado 6.6, a list in 6.5, that ``finish()`` turns into ``request.body``),
+#: whether it is streamed (``_HandlerDelegate.stream_request_body``) and
+#: whether the response is finished (``HTTP1Connection._write_finished``).
+#: An instance is needed to see them; ``tests/test_tornado_compat.py`` checks
+#: them.
 PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
     "tornado.tcpclient.TCPClient": ("_own_resolver", "resolver"),
     "tornado.simple_httpclient.SimpleAsyncHTTPClient": ("tcp_client", "resolver"),
     "tornado.websocket.WebSocketClientConnection": ("tcp_client",),
+    "tornado.http1connection.HTTP1Connection": ("_write_finished", "params", "is_client", "stream"),
+    "tornado.http1connection._GzipMessageDelegate": ("_delegate", "_decompressor"),
+    "tornado.httpserver._ProxyAdapter": ("delegate",),
+    "tornado.httpserver._CallableAdapter": ("_chunks",),
+    "tornado.routing._RoutingDelegate": ("delegate",),
+    "tornado.web._HandlerDelegate": ("chunks", "stream_request_body"),
 }
 
 
@@ -128,6 +152,4 @@ def check_entry_point_hooks() -> list[str]:
 
 _missing = check_entry_point_hooks()
 if _missing:
-    raise ImportError(
-        f"tornado_readinto does not support tornado {tornado.version}: it lacks {', '.join(_missing)}"
-    )
+    raise ImportError(f"tornado_readinto does not support tornado {tornado.version}: it lacks {', '.join(_missing)}")
