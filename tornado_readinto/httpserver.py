@@ -15,8 +15,8 @@ Strategy for request bodies with a ``Content-Length``:
   pieces (64 KiB), hands each to the delegate, which appends it to a
   ``bytearray`` and copies that into ``request.body`` at the end: every byte
   is copied three times in user space, and twice into freshly allocated
-  memory, whose page faults dominate the cost of a large body (about 5 us per
-  4 KiB page on the development VM: 0.3 s of a 256 MiB body).
+  memory, whose page faults dominate the cost of a large body (3 to 5 us per
+  4 KiB page on the development VM: 0.2 to 0.3 s per pass over 256 MiB).
 * Here, when the delegate chain is one this module knows (`tornado.web`
   handlers and plain request callbacks, through routing, ``xheaders`` and an
   uncompressed ``decompress_request``), a body that is not streamed is
