@@ -59,7 +59,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Callable
 
 if __package__ in (None, ""):  # pragma: no cover - see benchmarks.dask
     sys.exit("run this benchmark as a module: python -m benchmarks.dask_profile")
@@ -132,25 +132,16 @@ def split_samples(raw: str, pid: int | None = None) -> Counter[str]:
 
 
 @contextlib.contextmanager
-def sampled(pids: Sequence[int], rate: int) -> Iterator[dict[int, Counter[str]]]:
-    """py-spy ``record --native`` on each pid for the duration of the block;
-    afterwards the dict maps each pid to its samples per category (empty
-    when py-spy is missing or failed).  Native stacks need py-spy to pause
-    the process for each sample: time the work in an unsampled run."""
-    out: dict[int, Counter[str]] = {pid: Counter() for pid in pids}
-    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if not os.path.exists(spy):
-        yield out
-        return
+def _attached(pids: Sequence[int], argv: Callable[[int, str], list[str]]) -> Iterator[dict[int, str]]:
+    """Run the tracer ``argv(pid, output_path)`` on each pid for the duration
+    of the block (stopped with SIGINT, as at a terminal); afterwards the dict
+    maps each pid to what its tracer wrote ("" when it wrote nothing)."""
+    out: dict[int, str] = {pid: "" for pid in pids}
     with tempfile.TemporaryDirectory() as tmp:
         procs = {
-            pid: subprocess.Popen(
-                [spy, "record", "--native", "-r", str(rate), "-f", "raw", "-p", str(pid),
-                 "-o", f"{tmp}/{pid}.raw"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
+            pid: subprocess.Popen(argv(pid, f"{tmp}/{pid}.out"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for pid in pids
-        }  # fmt: skip
+        }
         time.sleep(0.5)  # attached
         try:
             yield out
@@ -161,8 +152,26 @@ def sampled(pids: Sequence[int], rate: int) -> Iterator[dict[int, Counter[str]]]
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
                 with contextlib.suppress(OSError):
-                    with open(f"{tmp}/{pid}.raw") as f:
-                        out[pid].update(split_samples(f.read()))
+                    with open(f"{tmp}/{pid}.out") as f:
+                        out[pid] = f.read()
+
+
+@contextlib.contextmanager
+def sampled(pids: Sequence[int], rate: int) -> Iterator[dict[int, Counter[str]]]:
+    """py-spy ``record --native`` on each pid for the duration of the block;
+    afterwards the dict maps each pid to its samples per category (empty
+    when py-spy is missing or failed).  Native stacks need py-spy to pause
+    the process for each sample: time the work in an unsampled run."""
+    out: dict[int, Counter[str]] = {pid: Counter() for pid in pids}
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        yield out
+        return
+    argv = lambda pid, path: [spy, "record", "--native", "-r", str(rate), "-f", "raw", "-p", str(pid), "-o", path]  # noqa: E731
+    with _attached(pids, argv) as raw:
+        yield out
+    for pid, text in raw.items():
+        out[pid].update(split_samples(text))
 
 
 _STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
@@ -178,27 +187,13 @@ def syscalls_counted(pids: Sequence[int]) -> Iterator[dict[int, Counter[str]]]:
     if strace is None:
         yield out
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = {
-            pid: subprocess.Popen([strace, "-c", "-f", "-p", str(pid), "-o", f"{tmp}/{pid}.txt"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for pid in pids
-        }  # fmt: skip
-        time.sleep(0.5)
-        try:
-            yield out
-        finally:
-            for proc in procs.values():
-                proc.send_signal(signal.SIGINT)
-            for pid, proc in procs.items():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=30)
-                with contextlib.suppress(OSError):
-                    with open(f"{tmp}/{pid}.txt") as f:
-                        for line in f:
-                            m = _STRACE_LINE.match(line)
-                            if m and m.group(2) != "total":
-                                out[pid][m.group(2)] += int(m.group(1))
+    with _attached(pids, lambda pid, path: [strace, "-c", "-f", "-p", str(pid), "-o", path]) as reports:
+        yield out
+    for pid, text in reports.items():
+        for line in text.splitlines():
+            m = _STRACE_LINE.match(line)
+            if m and m.group(2) != "total":
+                out[pid][m.group(2)] += int(m.group(1))
 
 
 def rusage() -> dict[str, float]:
@@ -264,22 +259,22 @@ def profile_transfer(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     pids = client.run(os.getpid)
     size, count = args.size, args.count
 
-    def one_round(first: int) -> tuple[list[Any], Any]:
+    def make_arrays(first: int) -> list[Any]:
+        """``count`` arrays on a, made and kept there (nothing crosses yet)."""
         arrays = [client.submit(make_array, first + i, size, workers=[source], allow_other_workers=False, pure=False)
                   for i in range(count)]  # fmt: skip
         wait(arrays, timeout=args.timeout)
-        return arrays, client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
+        return arrays
 
-    arrays, sums = one_round(1000)  # warm-up: connections made, code paths hot
-    client.gather(sums)
-    del arrays, sums
-    arrays = [client.submit(make_array, i, size, workers=[source], allow_other_workers=False, pure=False)
-              for i in range(count)]  # fmt: skip
-    wait(arrays, timeout=args.timeout)
+    def consume(arrays: list[Any]) -> list[Any]:
+        """One task per array on b: every array crosses a -> b once."""
+        return client.gather(client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False))
+
+    consume(make_arrays(1000))  # warm-up: connections made, code paths hot
+    arrays = make_arrays(0)
     before = client.run(rusage)
     started = time.perf_counter()
-    sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
-    values = client.gather(sums)
+    values = consume(arrays)
     elapsed = time.perf_counter() - started
     after = client.run(rusage)
     n = size // 8
@@ -290,15 +285,14 @@ def profile_transfer(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     mine = [e for e in log if keys & {str(k) for k in e["keys"]}]
     check(sum(len(e["keys"]) for e in mine) >= count, f"worker b logged {len(mine)} transfers of {count}")
     durations = sorted(e["duration"] / len(e["keys"]) for e in mine for _ in e["keys"])
-    del sums, values, arrays
-    arrays, _ = one_round(2000)  # sampled (paused for each sample: no timing)
+    del values, arrays
+    arrays = make_arrays(2000)  # sampled (paused for each sample: no timing)
     with sampled([pids[source], pids[sink]], args.rate) as samples:
-        client.gather(client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False))
-    del arrays, _
-    arrays, _ = one_round(3000)  # counted under strace (slowed down: counts only)
+        consume(arrays)
+    arrays = make_arrays(3000)  # counted under strace (slowed down: counts only)
     with syscalls_counted([pids[source], pids[sink]]) as calls:
-        client.gather(client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False))
-    del arrays, _
+        consume(arrays)
+    del arrays
     sides = {}
     for role, address in (("a (sends)", source), ("b (receives)", sink)):
         d = _delta(after[address], before[address], count)
