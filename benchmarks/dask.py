@@ -40,7 +40,7 @@ from typing import Any, Callable
 if __package__ in (None, ""):  # pragma: no cover - see the module docstring
     sys.exit("run this benchmark as a module: python -m benchmarks.dask")
 
-from benchmarks.echo import _csv, _positive_int, run_meta
+from benchmarks.echo import _choice, _csv, _positive_int, run_meta
 from benchmarks.report import (
     RepeatedMixin,
     _format_ratio,
@@ -643,18 +643,8 @@ def run_workload(
 # -- command line ---------------------------------------------------------------------------------
 
 
-def _workload_name(text: str) -> str:
-    text = text.strip()
-    if text not in METRICS:
-        raise ValueError(f"unknown workload {text!r}; known: {', '.join(WORKLOADS)}")
-    return text
-
-
-def _pair_name(text: str) -> str:
-    text = text.strip()
-    if text not in PAIRS:
-        raise ValueError(f"unknown pair {text!r}; known: {', '.join(PAIRS)}")
-    return text
+_workload_name = _choice("workload", WORKLOADS)
+_pair_name = _choice("pair", PAIRS)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

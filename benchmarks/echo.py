@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -100,18 +100,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _impl_name(text: str) -> str:
-    text = text.strip()
-    if text not in IMPLS:
-        raise ValueError(f"unknown impl {text!r}; known: {', '.join(IMPLS)}")
-    return text
+def _choice(what: str, known: Collection[str]) -> Callable[[str], str]:
+    """An argparse ``type`` that accepts one of ``known`` (``what`` names it
+    in the errors)."""
+
+    def check(text: str) -> str:
+        text = text.strip()
+        if text not in known:
+            raise ValueError(f"unknown {what} {text!r}; known: {', '.join(known)}")
+        return text
+
+    check.__name__ = what
+    return check
 
 
-def _mode(text: str) -> str:
-    text = text.strip()
-    if text not in MODES:
-        raise ValueError(f"unknown mode {text!r}; known: {', '.join(MODES)}")
-    return text
+_impl_name = _choice("impl", IMPLS)
+_mode = _choice("mode", MODES)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/load.py
 from benchmarks.echo import (  # noqa: E402
     STARTUP_TIMEOUT_S,
     CaseFailed,
+    _choice,
     _csv,
     _positive_int,
     _Process,
@@ -334,18 +335,8 @@ def plot(results: Sequence[LoadResult], path: str, metric: str = "server_cpu_us_
 # -- command line --------------------------------------------------------------------
 
 
-def _server_name(text: str) -> str:
-    text = text.strip()
-    if text not in LOAD_SERVERS:
-        raise ValueError(f"unknown server {text!r}; known: {', '.join(LOAD_SERVERS)}")
-    return text
-
-
-def _loop_name(text: str) -> str:
-    text = text.strip()
-    if text not in EVENT_LOOPS:
-        raise ValueError(f"unknown loop {text!r}; known: {', '.join(EVENT_LOOPS)}")
-    return text
+_server_name = _choice("server", LOAD_SERVERS)
+_loop_name = _choice("loop", EVENT_LOOPS)
 
 
 def _rate(text: str) -> float:
