@@ -315,6 +315,26 @@ def test_http_body_streamed_gets_bounded_chunks_from_a_bounded_buffer(reads):
     assert peak < MiB, peak
 
 
+async def _counting_loop_turns(coro):
+    """Await ``coro`` while a callback counts the event loop's turns;
+    return (turns, its result)."""
+    ticks = 0
+    done = False
+
+    def tick():
+        nonlocal ticks
+        if not done:
+            ticks += 1
+            asyncio.get_running_loop().call_soon(tick)
+
+    tick()
+    try:
+        result = await coro
+    finally:
+        done = True
+    return ticks, result
+
+
 def test_http_body_streamed_reading_gives_the_loop_turns():
     """Bytes that are all there at once (a scripted socket) still leave
     the event loop a turn per YIELD_NBYTES, as Tornado's own reader does."""
@@ -330,20 +350,9 @@ def test_http_body_streamed_reading_gives_the_loop_turns():
             def data_received(self, chunk):
                 received.append(len(chunk))
 
-        ticks = 0
-        done = False
-
-        def tick():
-            nonlocal ticks
-            if not done:
-                ticks += 1
-                asyncio.get_running_loop().call_soon(tick)
-
-        tick()
         try:
-            await conn._read_streamed_body(nbytes, Recorder())
+            ticks, _ = await _counting_loop_turns(conn._read_streamed_body(nbytes, Recorder()))
         finally:
-            done = True
             stream.close()
         return ticks, received
 
@@ -358,20 +367,9 @@ def test_http_body_fixed_length_reading_gives_the_loop_turns():
     async def main():
         fake = FakeSocket(script=[nbytes] * 64)
         stream = ReadIntoIOStream(fake)  # type: ignore[arg-type]
-        ticks = 0
-        done = False
-
-        def tick():
-            nonlocal ticks
-            if not done:
-                ticks += 1
-                asyncio.get_running_loop().call_soon(tick)
-
-        tick()
         try:
-            body = await read_body_bytes(stream, nbytes)
+            ticks, body = await _counting_loop_turns(read_body_bytes(stream, nbytes))
         finally:
-            done = True
             stream.close()
         return ticks, body, fake.recv_sizes
 
