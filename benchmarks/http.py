@@ -25,6 +25,14 @@ the client copies nothing in user space and the server is what is measured.
 The table gives requests/s, MiB/s, server CPU per request, and the ratio of
 ``readinto`` to ``stock``.
 
+The keep-alive cases (``hello``, ``download``) serve both implementations at
+once, each from its own process, and drive them in turns of one second
+(`KEEPALIVE_BURST_S`; the order reversed every turn) until each had
+``--duration`` seconds: on a shared machine whose speed drifts over seconds,
+turns this short put both implementations under the same conditions, where
+back-to-back runs of several seconds each mostly measured the drift.  The
+upload cases run one server after the other.
+
 ``--rounds N`` runs every case N times, in fresh server processes, with the
 order of the implementations alternating (stock first, then readinto first,
 ...); the table then gives medians with (min-max), and the ratios to stock
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -44,11 +53,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 MiB = 1024 * 1024
 IMPLS = ("stock", "readinto")
 CASES = ("hello", "post", "put", "download")
+KEEPALIVE_CASES = ("hello", "download")
 DOWNLOAD_CONNECTIONS = 4
 
 
@@ -252,9 +263,15 @@ class Result:
         return self.server_cpu_s / self.requests * 1e6 if self.requests else 0.0
 
 
-def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 0) -> Result:
-    """Start a server for ``impl``, drive ``case`` against it from another
-    process and measure the server's CPU time over the run."""
+#: Keep-alive cases alternate the implementations in bursts of this many
+#: seconds (the servers of both stay up for the whole case), so that slow
+#: and fast spells of a shared machine fall on both alike.
+KEEPALIVE_BURST_S = 1.0
+
+
+@contextlib.contextmanager
+def _server(impl: str, args: argparse.Namespace) -> Iterator[tuple[subprocess.Popen, int]]:
+    """A benchmark server for ``impl`` in its own process: (process, port)."""
     me = [sys.executable, "-m", "benchmarks.http"]
     sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)]
     server = subprocess.Popen([*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -264,23 +281,7 @@ def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 
         expected = "ReadIntoHTTPServer" if impl == "readinto" else "HTTPServer"
         if server_class != expected:
             raise RuntimeError(f"{impl} server runs {server_class}, expected {expected}")
-        port = int(port_s)
-        use_wrk = case in ("hello", "download") and args.load_generator != "builtin" and shutil.which("wrk")
-        cpu0 = cpu_seconds(server.pid)
-        if use_wrk and case == "hello":
-            counts = run_wrk(port, "/", args.connections, args.duration)
-        elif use_wrk:
-            counts = run_wrk(port, "/download", DOWNLOAD_CONNECTIONS, args.duration, args.download_mib * MiB)
-        else:
-            generator_args = [*sizes, "--connections", str(args.connections), "--duration", str(args.duration)]
-            out = subprocess.run(
-                [*me, "--load", case, "--port", str(port), "--repeat", str(args.repeat), *generator_args],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            counts = json.loads(out)
-        cpu = cpu_seconds(server.pid) - cpu0
+        yield server, int(port_s)
     finally:
         if server.stdin is not None:
             server.stdin.close()
@@ -289,10 +290,71 @@ def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _uses_wrk(case: str, args: argparse.Namespace) -> bool:
+    return case in ("hello", "download") and args.load_generator != "builtin" and shutil.which("wrk") is not None
+
+
+def _drive(case: str, port: int, args: argparse.Namespace, duration: float) -> dict[str, float]:
+    """Run ``case``'s load against ``port`` for ``duration`` seconds (keep-alive
+    cases) from another process; return its counts."""
+    if _uses_wrk(case, args) and case == "hello":
+        return run_wrk(port, "/", args.connections, duration)
+    if _uses_wrk(case, args):
+        return run_wrk(port, "/download", DOWNLOAD_CONNECTIONS, duration, args.download_mib * MiB)
+    generator_args = [
+        *("--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)),
+        *("--connections", str(args.connections), "--duration", str(duration), "--repeat", str(args.repeat)),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.http", "--load", case, "--port", str(port), *generator_args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
+def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 0) -> Result:
+    """Start a server for ``impl``, drive ``case`` against it from another
+    process and measure the server's CPU time over the run."""
+    with _server(impl, args) as (server, port):
+        cpu0 = cpu_seconds(server.pid)
+        counts = _drive(case, port, args, args.duration)
+        cpu = cpu_seconds(server.pid) - cpu0
+    return _result(impl, case, args, round_index, counts, cpu)
+
+
+def run_keepalive_case(impls: list[str], case: str, args: argparse.Namespace, round_index: int = 0) -> list[Result]:
+    """Serve every implementation at once and drive ``case`` against them in
+    turns of `KEEPALIVE_BURST_S` (the order reversed every turn) until each
+    had ``--duration`` seconds; one `Result` per implementation, the sums
+    of its bursts."""
+    nbursts = max(1, round(args.duration / KEEPALIVE_BURST_S))
+    burst_s = args.duration / nbursts
+    totals = {impl: {"requests": 0.0, "seconds": 0.0, "nbytes": 0.0, "cpu": 0.0} for impl in impls}
+    with contextlib.ExitStack() as stack:
+        servers = {impl: stack.enter_context(_server(impl, args)) for impl in impls}
+        for burst in range(nbursts):
+            for impl in impls if burst % 2 == 0 else impls[::-1]:
+                server, port = servers[impl]
+                cpu0 = cpu_seconds(server.pid)
+                counts = _drive(case, port, args, burst_s)
+                total = totals[impl]
+                total["cpu"] += cpu_seconds(server.pid) - cpu0
+                for key in ("requests", "seconds", "nbytes"):
+                    total[key] += counts[key]
+    return [_result(impl, case, args, round_index, total, total["cpu"]) for impl, total in totals.items()]
+
+
+def _result(
+    impl: str, case: str, args: argparse.Namespace, round_index: int, counts: dict[str, float], cpu: float
+) -> Result:
     return Result(
         impl,
         case,
-        "wrk" if use_wrk else "builtin",
+        "wrk" if _uses_wrk(case, args) else "builtin",
         int(counts["requests"]),
         float(counts["seconds"]),
         int(counts["nbytes"]),
@@ -363,7 +425,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: stock,readinto")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per keep-alive case")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=5.0,
+        help="seconds per keep-alive case and implementation, driven in turns of 1 s (default: 5)",
+    )
     parser.add_argument("--connections", type=int, default=32, help="connections of the hello case")
     parser.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
     parser.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
@@ -393,15 +460,19 @@ def main(argv: list[str] | None = None) -> None:
     impls = args.impl.split(",")
     for round_index in range(args.rounds):
         for case in args.cases.split(","):
-            for impl in impls if round_index % 2 == 0 else impls[::-1]:
-                result = run_case(impl, case, args, round_index)
+            order = impls if round_index % 2 == 0 else impls[::-1]
+            if case in KEEPALIVE_CASES:
+                done = run_keepalive_case(order, case, args, round_index)
+            else:
+                done = [run_case(impl, case, args, round_index) for impl in order]
+            for result in done:
                 print(
-                    f"round {round_index + 1}/{args.rounds} {case} {impl}: {result.requests_per_s:.1f} req/s, "
+                    f"round {round_index + 1}/{args.rounds} {case} {result.impl}: {result.requests_per_s:.1f} req/s, "
                     f"{result.cpu_us_per_request:.1f} us CPU/req",
                     file=sys.stderr,
                     flush=True,
                 )
-                results.append(result)
+            results.extend(done)
     print(format_table(results))
     if args.json:
         with open(args.json, "w") as f:

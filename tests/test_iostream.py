@@ -6,6 +6,7 @@ import functools
 import hashlib
 import mmap
 import random
+import socket
 import tracemalloc
 
 import numpy as np
@@ -61,6 +62,40 @@ def test_iostream_exact_reads(make_pair):
 
 def test_iostream_straddling_reads(make_pair):
     run(check_straddling_reads(make_pair))
+
+
+def test_iostream_set_nodelay_reaches_the_socket(make_pair):
+    """set_nodelay toggles TCP_NODELAY on the socket every call, as stock
+    does, plain and TLS; after close it is a harmless no-op."""
+
+    async def main():
+        server, client = await make_pair()
+        try:
+            for value in (False, True, False, 1, 0):
+                server.set_nodelay(value)
+                assert server.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == (1 if value else 0)
+        finally:
+            server.close()
+            client.close()
+        server.set_nodelay(True)  # closed: nothing happens
+
+    run(main())
+
+
+def test_iostream_set_nodelay_on_a_unix_socket_does_nothing():
+    async def main():
+        a, b = socket.socketpair(socket.AF_UNIX)
+        stream = ReadIntoIOStream(a)
+        try:
+            stream.set_nodelay(True)
+            stream.set_nodelay(False)
+            await stream.write(b"x")
+            assert b.recv(1) == b"x"
+        finally:
+            stream.close()
+            b.close()
+
+    run(main())
 
 
 def test_iostream_write_types(make_pair):

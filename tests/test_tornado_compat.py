@@ -104,11 +104,14 @@ def test_compat_private_instance_attributes_exist():
         a, b = socket.socketpair()
         stream = IOStream(a)
         http_conn = _tornado_compat.HTTP1Connection(stream, False)
+        http_server = _tornado_compat.HTTPServer(lambda request: None)
         try:
             instances = {
                 "tornado.tcpclient.TCPClient": client,
                 "tornado.simple_httpclient.SimpleAsyncHTTPClient": http_client,
                 "tornado.websocket.WebSocketClientConnection": ws,
+                "tornado.httpserver.HTTPServer": http_server,
+                "tornado.http1connection.HTTP1ServerConnection": _tornado_compat.HTTP1ServerConnection(stream),
                 **_http_delegates(http_conn),
             }
             for qualname, names in _tornado_compat.PRIVATE_INSTANCE_ATTRS.items():

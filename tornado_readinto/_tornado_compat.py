@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import tornado
 from tornado.concurrent import future_set_result_unless_cancelled
-from tornado.http1connection import HTTP1Connection, _ExceptionLoggingContext, _GzipMessageDelegate
+from tornado.http1connection import (
+    HTTP1Connection,
+    HTTP1ServerConnection,
+    _ExceptionLoggingContext,
+    _GzipMessageDelegate,
+)
 from tornado.httpclient import HTTPRequest, _RequestProxy
-from tornado.httpserver import _CallableAdapter, _ProxyAdapter
+from tornado.httpserver import HTTPServer, _CallableAdapter, _HTTPRequestContext, _ProxyAdapter
 from tornado.iostream import (
     _ERRNO_CONNRESET,
     IOStream,
@@ -38,12 +43,15 @@ __all__ = [
     "PRIVATE_STREAM_ATTRS",
     "Configurable",
     "HTTP1Connection",
+    "HTTP1ServerConnection",
     "HTTPRequest",
+    "HTTPServer",
     "SimpleAsyncHTTPClient",
     "TCPClient",
     "TCPServer",
     "_RequestProxy",
     "_CallableAdapter",
+    "_HTTPRequestContext",
     "_ExceptionLoggingContext",
     "_GzipMessageDelegate",
     "_HandlerDelegate",
@@ -116,6 +124,8 @@ PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
     (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
     (HTTP1Connection, "_read_fixed_body"),  # ReadIntoHTTP1Connection: bodies via read_into
     (HTTP1Connection, "_format_chunk"),  # ReadIntoHTTP1Connection.write_headers frames its gathered chunk
+    (HTTP1Connection, "_parse_headers"),  # ReadIntoHTTP1Connection: the request's headers have arrived
+    (HTTP1ServerConnection, "_server_request_loop"),  # ReadIntoHTTP1ServerConnection: its own serving loop
 )
 
 #: Private instance attributes set by Tornado's ``__init__``/``initialize``
@@ -128,7 +138,10 @@ PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
 #: (``_HandlerDelegate.chunks``, ``_CallableAdapter._chunks``: a bytearray in
 #: Tornado 6.6, a list in 6.5, that ``finish()`` turns into ``request.body``),
 #: whether it is streamed (``_HandlerDelegate.stream_request_body``) and
-#: whether the response is finished (``HTTP1Connection._write_finished``).
+#: whether the response is finished (``HTTP1Connection._write_finished``);
+#: and what ``HTTPServer.handle_stream`` passes to a connection it builds
+#: (``protocol``, ``trusted_downstream``, ``conn_params``, ``_connections``),
+#: which `ReadIntoHTTPServer.handle_stream` does in its place.
 #: An instance is needed to see them; ``tests/test_tornado_compat.py`` checks
 #: them.
 PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
@@ -136,6 +149,8 @@ PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
     "tornado.simple_httpclient.SimpleAsyncHTTPClient": ("tcp_client", "resolver"),
     "tornado.websocket.WebSocketClientConnection": ("tcp_client",),
     "tornado.http1connection.HTTP1Connection": ("_write_finished", "params", "is_client", "stream"),
+    "tornado.httpserver.HTTPServer": ("protocol", "trusted_downstream", "conn_params", "_connections"),
+    "tornado.http1connection.HTTP1ServerConnection": ("stream", "params", "context"),
     "tornado.http1connection._GzipMessageDelegate": ("_delegate", "_decompressor"),
     "tornado.httpserver._ProxyAdapter": ("delegate",),
     "tornado.httpserver._CallableAdapter": ("_chunks",),

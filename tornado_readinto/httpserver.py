@@ -39,6 +39,22 @@ Strategy for request bodies with a ``Content-Length``:
 * Fairness: the event loop gets a turn after every `YIELD_NBYTES` received
   without waiting, as Tornado 6.6 does (``_YIELD_THRESHOLD``).
 
+Serving loop (`ReadIntoHTTP1ServerConnection`), per keep-alive request:
+
+* Stock Tornado guards each wait for request headers with
+  ``gen.with_timeout`` (``idle_connection_timeout``, 3600 s by default): a
+  timer made and cancelled, an extra Future and two extra callbacks per
+  request.  Here one timer per connection enforces the same deadline: each
+  header read only notes when it started, the timer re-arms itself for the
+  latest deadline when it fires early, and it closes the connection if the
+  headers of the read it watches are still missing at that read's deadline.
+* Stock yields to the event loop after every request (``asyncio.sleep(0)``)
+  so that a client that pipelines requests cannot hold the loop.  Here the
+  loop yields only when the next read could finish without waiting (bytes
+  are read ahead, or the socket was not proven empty); otherwise that read
+  parks and the loop gets its turn there, one callback and one task step
+  fewer per request.
+
 Responses: Tornado's ``write_headers(start_line, headers, chunk)`` copies the
 first body chunk after the header block into one new ``bytes`` (``data +=
 chunk``), for a ``RequestHandler`` the whole body of a response written at
@@ -50,18 +66,23 @@ sent by reference, no copy and no fresh allocation of its size.
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 from typing import Any, Callable
 
-from tornado.httpserver import HTTPServer
-from tornado.log import app_log
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
+from tornado.log import app_log, gen_log
 
 from ._tornado_compat import (
     HTTP1Connection,
+    HTTP1ServerConnection,
+    HTTPServer,
     _CallableAdapter,
     _ExceptionLoggingContext,
     _GzipMessageDelegate,
     _HandlerDelegate,
+    _HTTPRequestContext,
     _ProxyAdapter,
     _RoutingDelegate,
 )
@@ -71,6 +92,7 @@ from .tcpserver import ReadIntoTCPServer
 __all__ = [
     "ReadIntoHTTPServer",
     "ReadIntoHTTP1Connection",
+    "ReadIntoHTTP1ServerConnection",
     "read_body_bytes",
     "GATHER_MIN_NBYTES",
     "INITIAL_BODY_NBYTES",
@@ -177,11 +199,20 @@ class ReadIntoHTTP1Connection(HTTP1Connection):
     """Tornado's server-side HTTP/1.x connection, receiving request bodies
     with ``read_into`` (see the module docstring).
 
-    It adds methods only, no state, so `ReadIntoHTTPServer` gives this class
-    to the connection object that Tornado's own serving loop built.
+    `ReadIntoHTTP1ServerConnection` builds one per request.
 
     .. versionadded:: 0.1
     """
+
+    #: Set by the serving loop that built this connection: the header
+    #: deadline to stop once the request's headers have arrived.
+    _header_timeout: _HeaderTimeout | None = None
+
+    def _parse_headers(self, data: bytes) -> Any:
+        header_timeout = self._header_timeout
+        if header_timeout is not None:
+            header_timeout.stop()
+        return super()._parse_headers(data)
 
     def write_headers(self, start_line: Any, headers: Any, chunk: bytes | None = None) -> Any:
         """As stock, but a ``chunk`` of at least `GATHER_MIN_NBYTES` leaves
@@ -254,6 +285,105 @@ class ReadIntoHTTP1Connection(HTTP1Connection):
             view.release()
 
 
+class _HeaderTimeout:
+    """Closes a server connection whose request headers are still missing
+    ``timeout`` seconds after the read that waits for them started, as
+    Tornado's ``header_timeout`` does, with one timer per connection instead
+    of one per request.
+
+    `start` costs one clock read and `stop` one attribute store; the timer
+    fires at most once per ``timeout`` while requests keep coming (it then
+    re-arms for the newest deadline) and not at all while none is awaited.
+    """
+
+    __slots__ = ("_io_loop", "_timeout", "_conn", "_deadline", "_handle")
+
+    def __init__(self, io_loop: IOLoop, timeout: float) -> None:
+        self._io_loop = io_loop
+        self._timeout = timeout
+        self._conn: HTTP1Connection | None = None  # whose headers are awaited
+        self._deadline = 0.0
+        self._handle: object | None = None
+
+    def start(self, conn: HTTP1Connection) -> None:
+        """``conn`` starts waiting for request headers now."""
+        self._conn = conn
+        self._deadline = deadline = self._io_loop.time() + self._timeout
+        if self._handle is None:
+            self._handle = self._io_loop.call_at(deadline, self._expire)
+
+    def stop(self) -> None:
+        """The headers arrived."""
+        self._conn = None
+
+    def cancel(self) -> None:
+        """The connection is done: drop the timer (and with it the last
+        reference the loop holds to the connection)."""
+        self._conn = None
+        if self._handle is not None:
+            self._io_loop.remove_timeout(self._handle)
+            self._handle = None
+
+    def _expire(self) -> None:
+        self._handle = None
+        conn = self._conn
+        if conn is None:
+            return  # no headers awaited: the next start() arms again
+        if self._io_loop.time() < self._deadline:
+            self._handle = self._io_loop.call_at(self._deadline, self._expire)
+            return
+        self._conn = None
+        conn.close()  # as stock: quietly; the pending read fails, the loop ends
+
+
+class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
+    """Tornado's HTTP/1.x server connection with a leaner serving loop for a
+    `ReadIntoIOStream` (see the module docstring, "Serving loop"): requests
+    are read by `ReadIntoHTTP1Connection`\\ s, the header timeout is one
+    timer per connection, and the loop yields between requests only when the
+    next read would not wait.  Behaviour is stock: the same delegate calls,
+    the same timeouts, the same errors logged, connections closed the same
+    way.
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(self, stream: IOStream, params: Any = None, context: object | None = None) -> None:
+        super().__init__(stream, params, context)
+        # The requests' own header timeout is off: _HeaderTimeout enforces it.
+        self._request_params = copy.copy(self.params)
+        self._request_params.header_timeout = None
+
+    async def _server_request_loop(self, delegate: Any) -> None:
+        stream = self.stream
+        timeout = self.params.header_timeout
+        header_timeout = _HeaderTimeout(stream.io_loop, timeout) if timeout is not None else None
+        would_wait = getattr(stream, "_read_would_wait", None)
+        try:
+            while True:
+                conn = ReadIntoHTTP1Connection(stream, False, self._request_params, self.context)
+                request_delegate = delegate.start_request(self, conn)
+                if header_timeout is not None:
+                    conn._header_timeout = header_timeout
+                    header_timeout.start(conn)
+                try:
+                    keep_going = await conn.read_response(request_delegate)
+                except (StreamClosedError, UnsatisfiableReadError, asyncio.CancelledError):
+                    return
+                except Exception:
+                    gen_log.error("Uncaught exception", exc_info=True)
+                    conn.close()
+                    return
+                if not keep_going:
+                    return
+                if would_wait is None or not would_wait():
+                    await asyncio.sleep(0)  # the next read may not wait: yield here
+        finally:
+            if header_timeout is not None:
+                header_timeout.cancel()
+            delegate.on_close(self)
+
+
 class ReadIntoHTTPServer(ReadIntoTCPServer, HTTPServer):
     """A drop-in `tornado.httpserver.HTTPServer` whose connections are
     `ReadIntoIOStream`\\ s (`SSLReadIntoIOStream` with ``ssl_options``)::
@@ -261,17 +391,21 @@ class ReadIntoHTTPServer(ReadIntoTCPServer, HTTPServer):
         server = ReadIntoHTTPServer(app, max_body_size=1 << 30)
         server.listen(8888)
 
-    Takes the same arguments as `HTTPServer`.  Fixed-length request bodies
-    are received with ``read_into`` (see `ReadIntoHTTP1Connection`).  To pass
+    Takes the same arguments as `HTTPServer`.  Each connection is served by
+    a `ReadIntoHTTP1ServerConnection`, and fixed-length request bodies are
+    received with ``read_into`` (see `ReadIntoHTTP1Connection`).  To pass
     extra stream arguments, override `ReadIntoTCPServer.make_stream`.
 
     .. versionadded:: 0.1
     """
 
-    def start_request(self, server_conn: object, request_conn: Any) -> Any:
-        # Tornado's serving loop builds a stock HTTP1Connection per request
-        # (HTTP1ServerConnection._server_request_loop names the class); our
-        # subclass only overrides a method, so it can take over the object.
-        if type(request_conn) is HTTP1Connection and isinstance(request_conn.stream, ReadIntoIOStream):
-            request_conn.__class__ = ReadIntoHTTP1Connection
-        return super().start_request(server_conn, request_conn)
+    def handle_stream(self, stream: IOStream, address: Any) -> None:
+        """Serve ``stream`` with a `ReadIntoHTTP1ServerConnection` (a stream
+        of another class gets stock `HTTPServer.handle_stream`)."""
+        if not isinstance(stream, ReadIntoIOStream):
+            super().handle_stream(stream, address)
+            return
+        context = _HTTPRequestContext(stream, address, self.protocol, self.trusted_downstream)
+        conn = ReadIntoHTTP1ServerConnection(stream, self.conn_params, context)
+        self._connections.add(conn)
+        conn.start_serving(self)

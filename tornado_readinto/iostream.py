@@ -47,6 +47,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import ssl
@@ -198,6 +199,7 @@ class ReadIntoIOStream(IOStream):
         self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
         # Bytes of the write buffer that the cork holds back (see writelines).
         self._cork_nbytes = 0
+        self._tcp: bool | None = None  # set_nodelay: a TCP socket? (looked up once)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -219,8 +221,12 @@ class ReadIntoIOStream(IOStream):
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
         self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
         self._gather = self._gather and hasattr(self.socket, "sendmsg")
+        # The stream's asyncio loop, given to its Futures: a Future made
+        # without one looks the running loop up (on Python < 3.12 that is a
+        # getpid() syscall per Future).
+        self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
         if busy_poll_s:
-            self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self.io_loop.asyncio_loop))  # type: ignore[attr-defined]
+            self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
 
     # -- compatibility shims ---------------------------------------------------
 
@@ -414,7 +420,7 @@ class ReadIntoIOStream(IOStream):
     def _resolved(self, result: Any) -> Future[Any]:
         """A Future already resolved to ``result``: a read that the
         read-ahead bytes satisfied without entering the read state."""
-        future: Future[Any] = Future()
+        future: Future[Any] = Future(loop=self._loop)
         future.set_result(result)
         state = self._state
         if state is None or state == _ERROR:
@@ -460,7 +466,7 @@ class ReadIntoIOStream(IOStream):
         if self._read_future is not None:
             self._check_closed()
             raise BufferBusyError("a read is already in progress on this stream")
-        future = _ReadFuture()
+        future = _ReadFuture(loop=self._loop)
         future._stream = self  # type: ignore[assignment]
         self._read_future = future
         return future
@@ -511,6 +517,18 @@ class ReadIntoIOStream(IOStream):
             state = self._state
             if state is None or not state & _READ:
                 self._add_io_state(_READ)
+
+    def _read_would_wait(self) -> bool:
+        """True when a read started now would certainly wait for the event
+        loop: nothing is read ahead and, as in `_receive_now`, the last recv
+        proved the (plain) socket empty with READ registered.  No syscall.
+        Lets a serving loop skip its own yield between requests."""
+        return (
+            not self._read_buffer_size
+            and not self._readable_hint
+            and self._short_read_drains
+            and bool((self._state or 0) & _READ)
+        )
 
     def _receive_now(self) -> int | None:
         """Receive what the socket has now for the pending read."""
@@ -779,6 +797,23 @@ class ReadIntoIOStream(IOStream):
 
     # -- writes ----------------------------------------------------------------
 
+    def set_nodelay(self, value: bool) -> None:
+        """As stock `IOStream.set_nodelay`: one ``setsockopt(TCP_NODELAY)``
+        on a TCP socket, nothing on other families, errors of a socket being
+        closed ignored.  The family is looked up once per stream, not per
+        call (Tornado's ``HTTP1Connection`` calls this twice per response)."""
+        tcp = self._tcp
+        if tcp is None:
+            if self.socket is None:
+                return
+            tcp = self._tcp = self.socket.family in (socket.AF_INET, socket.AF_INET6)
+        if tcp and self.socket is not None:
+            try:
+                self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if value else 0)
+            except OSError as e:
+                if e.errno != errno.EINVAL and not self._is_connreset(e):
+                    raise
+
     @property
     def write_buffer_nbytes(self) -> int:
         """Bytes queued and not yet sent (0 once closed): for backpressure."""
@@ -874,7 +909,7 @@ class ReadIntoIOStream(IOStream):
         if sent:
             write_buffer.advance(sent)
             self._total_write_done_index += sent
-        future: Future[None] = Future()
+        future: Future[None] = Future(loop=self._loop)
         self._write_futures.append((self._total_write_index, future))
         if not self._connecting:
             if not blocked:
@@ -904,7 +939,7 @@ class ReadIntoIOStream(IOStream):
             write_buffer.append(data)
         self._total_write_index += total
         if not self._cork_nbytes:
-            self.io_loop.asyncio_loop.call_soon(self._uncork)  # type: ignore[attr-defined]
+            self._loop.call_soon(self._uncork)
         self._cork_nbytes += total
         return True
 

@@ -1,0 +1,300 @@
+"""The serving loop of ReadIntoHTTPServer (ReadIntoHTTP1ServerConnection):
+the header timeout is one timer per connection instead of one per request,
+with stock's deadlines (idle after use, trickled headers, across many
+requests) and nothing kept alive once a connection closes; the loop yields
+between requests only when the next one may already be there, and pipelined
+requests are still answered in order.
+
+Real sockets on 127.0.0.1, on asyncio's loop and on uvloop, against stock
+`HTTPServer` where the behaviour must match.  Timeouts are checked with
+wide margins: what is asserted is which side closed and roughly when, never
+how fast."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import socket
+import weakref
+
+import pytest
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.platform.asyncio import BaseAsyncIOLoop
+from tornado.testing import bind_unused_port
+
+from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
+from tornado_readinto.httpserver import ReadIntoHTTP1ServerConnection
+
+from .conftest import run
+
+SERVERS = [HTTPServer, ReadIntoHTTPServer]
+
+
+class _Echo(web.RequestHandler):
+    def get(self) -> None:
+        self.write("hello " + self.get_argument("i", ""))
+
+
+class _Slow(web.RequestHandler):
+    async def get(self) -> None:
+        await asyncio.sleep(float(self.get_argument("s")))
+        self.write("slow")
+
+
+async def _serve(server_class, **kwargs):
+    sock, port = bind_unused_port()
+    server = server_class(web.Application([("/", _Echo), ("/slow", _Slow)]), **kwargs)
+    server.add_sockets([sock])
+    return server, port
+
+
+async def _stop(server):
+    server.stop()
+    await server.close_all_connections()
+
+
+def _request(i: int = 0) -> bytes:
+    return f"GET /?i={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
+async def _response(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    nbytes = int(re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head).group(1))
+    return await reader.readexactly(nbytes)
+
+
+async def _wait_no_connections(server):
+    for _ in range(1000):
+        if not server._connections:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(server._connections)} connection(s) left")
+
+
+def _blocking_keepalive(port: int, requests: list[bytes], pipelined: bool) -> list[bytes]:
+    """Send ``requests`` on one connection from a blocking socket, one at a
+    time (each after the previous response) or all in one ``sendall``;
+    return the response bodies."""
+    bodies = []
+    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as reader:
+        if pipelined:
+            sock.sendall(b"".join(requests))
+        for request in requests:
+            if not pipelined:
+                sock.sendall(request)
+            status = reader.readline()
+            assert status.startswith(b"HTTP/1.1 200"), status
+            nbytes = 0
+            while True:
+                line = reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                match = re.match(rb"(?i)content-length:\s*(\d+)", line)
+                if match:
+                    nbytes = int(match.group(1))
+            bodies.append(reader.read(nbytes))
+    return bodies
+
+
+# -- the header timeout ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_header_timeout_is_one_timer_per_connection(loop_name, server_class, monkeypatch):
+    """Stock arms (and cancels) a timer for every request's headers; ours
+    arms one for the connection, however many requests it serves."""
+    nrequests = 30
+    timers = []
+    call_at = BaseAsyncIOLoop.call_at
+
+    def counting_call_at(self, when, callback, *args, **kwargs):
+        timers.append(when)
+        return call_at(self, when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(BaseAsyncIOLoop, "call_at", counting_call_at)
+
+    async def main():
+        server, port = await _serve(server_class)  # idle_connection_timeout: 3600 s
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for i in range(nrequests):
+                writer.write(_request(i))
+                assert await _response(reader) == f"hello {i}".encode()
+            (conn,) = server._connections
+            assert isinstance(conn.stream, ReadIntoIOStream) == (server_class is ReadIntoHTTPServer)
+            writer.close()
+            await writer.wait_closed()
+            await _wait_no_connections(server)
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+    if server_class is HTTPServer:
+        assert len(timers) >= nrequests
+    else:
+        assert len(timers) == 1
+
+
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_idle_timeout_spans_requests_then_closes_an_idle_connection(loop_name, server_class):
+    """Requests 0.1 s apart for twice the timeout keep the connection (the
+    first deadline passes while a later read waits: the timer re-arms); then,
+    idle, it is closed by the server about one timeout after the last
+    response."""
+    timeout = 0.5
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        server, port = await _serve(server_class, idle_connection_timeout=timeout)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            start = loop.time()
+            i = 0
+            while loop.time() - start < 2 * timeout:
+                writer.write(_request(i))
+                assert await _response(reader) == f"hello {i}".encode()
+                i += 1
+                await asyncio.sleep(timeout / 5)
+            last = loop.time()
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
+            idle = loop.time() - last
+            assert timeout - timeout / 5 - 0.05 <= idle < timeout + 5, idle
+            writer.close()
+            await _wait_no_connections(server)
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+
+
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_trickled_headers_are_cut_at_the_header_deadline(loop_name, server_class):
+    """A peer that keeps sending header bytes but never ends the header block
+    is closed one timeout after the read began, without a response: the
+    deadline is on the headers, not on silence."""
+    timeout = 0.5
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        server, port = await _serve(server_class, idle_connection_timeout=timeout)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            start = loop.time()
+            writer.write(b"GET / HTTP/1.1\r\n")
+            received = b""
+            try:
+                for i in range(100):
+                    writer.write(b"X-Slow-%d: 1\r\n" % i)
+                    await writer.drain()
+                    try:
+                        received = await asyncio.wait_for(reader.read(1), timeout / 10)
+                        break  # EOF: closed
+                    except asyncio.TimeoutError:
+                        pass
+            except ConnectionError:
+                pass  # closed while we wrote
+            closed_after = loop.time() - start
+            assert received == b""
+            assert timeout - 0.05 <= closed_after < timeout + 5, closed_after
+            writer.close()
+            await _wait_no_connections(server)
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+
+
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_a_slow_handler_is_not_cut_by_the_header_timeout(loop_name, server_class):
+    """The deadline covers the wait for headers only: a handler that takes
+    three timeouts still answers, and the connection serves on."""
+    timeout = 0.2
+
+    async def main():
+        server, port = await _serve(server_class, idle_connection_timeout=timeout)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET /slow?s={3 * timeout} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert await _response(reader) == b"slow"
+            writer.write(_request(2))
+            assert await _response(reader) == b"hello 2"
+            writer.close()
+            await _wait_no_connections(server)
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+
+
+def test_http_serving_a_closed_connection_keeps_nothing_alive(loop_name):
+    """The per-connection timer is dropped when the connection ends: the
+    stream and the connection objects are collected, not held by the loop
+    until the (hour-long) deadline."""
+
+    async def main():
+        server, port = await _serve(ReadIntoHTTPServer)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(_request(1))
+            assert await _response(reader) == b"hello 1"
+            (conn,) = server._connections
+            assert type(conn) is ReadIntoHTTP1ServerConnection
+            refs = [weakref.ref(conn), weakref.ref(conn.stream)]
+            del conn
+            writer.close()
+            await writer.wait_closed()
+            await _wait_no_connections(server)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            gc.collect()
+            assert [ref() for ref in refs] == [None, None]
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+
+
+# -- yields between requests -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-at-a-time", "pipelined"])
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_yields_between_requests_only_when_the_next_may_be_there(
+    loop_name, server_class, pipelined, monkeypatch
+):
+    """Stock yields to the loop after every request.  Ours yields after a
+    request only while the next one may already be read ahead (pipelined);
+    one request at a time, the next read waits for the loop anyway and the
+    yield is skipped.  Responses come in order either way."""
+    nrequests = 30
+    zero_sleeps = []
+    sleep = asyncio.sleep
+
+    def counting_sleep(delay, *args, **kwargs):
+        if delay == 0:
+            zero_sleeps.append(delay)
+        return sleep(delay, *args, **kwargs)
+
+    async def main():
+        server, port = await _serve(server_class)
+        try:
+            requests = [_request(i) for i in range(nrequests)]
+            loop = asyncio.get_running_loop()
+            monkeypatch.setattr(asyncio, "sleep", counting_sleep)
+            bodies = await loop.run_in_executor(None, _blocking_keepalive, port, requests, pipelined)
+            monkeypatch.setattr(asyncio, "sleep", sleep)
+            assert bodies == [f"hello {i}".encode() for i in range(nrequests)]
+            await _wait_no_connections(server)
+        finally:
+            await _stop(server)
+
+    run(main(), loop=loop_name)
+    if server_class is HTTPServer:
+        assert len(zero_sleeps) >= nrequests
+    elif pipelined:
+        assert nrequests - 2 <= len(zero_sleeps) <= nrequests, len(zero_sleeps)
+    else:
+        assert len(zero_sleeps) <= 1, len(zero_sleeps)
