@@ -66,9 +66,10 @@ DOWNLOAD_CONNECTIONS = 4
 # -- server ------------------------------------------------------------------------
 
 
-def serve(impl: str, body_nbytes: int, download_nbytes: int) -> None:
+def serve(impl: str, body_nbytes: int, download_nbytes: int, loop_name: str = "asyncio") -> None:
     """Serve the benchmark application on 127.0.0.1 (ephemeral port, printed
-    as one line on stdout) until stdin closes."""
+    as one line on stdout) until stdin closes, on asyncio's default event
+    loop or on uvloop (``loop_name``)."""
     from tornado import web
     from tornado.httpserver import HTTPServer
     from tornado.ioloop import IOLoop
@@ -115,11 +116,20 @@ def serve(impl: str, body_nbytes: int, download_nbytes: int) -> None:
         server = HTTPServer(app, max_body_size=limit, max_buffer_size=limit)
         server.add_sockets(sockets)
         port = sockets[0].getsockname()[1]
-        print(port, type(server).__name__, flush=True)
         loop = asyncio.get_running_loop()
+        print(port, type(server).__name__, type(loop).__module__.partition(".")[0], flush=True)
         await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes it
         server.stop()
 
+    if loop_name == "uvloop":
+        import uvloop
+
+        event_loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    elif loop_name == "asyncio":
+        event_loop = asyncio.new_event_loop()
+    else:
+        raise SystemExit(f"unknown event loop {loop_name!r}")
+    asyncio.set_event_loop(event_loop)
     IOLoop.current().run_sync(main)
 
 
@@ -273,14 +283,16 @@ KEEPALIVE_BURST_S = 1.0
 def _server(impl: str, args: argparse.Namespace) -> Iterator[tuple[subprocess.Popen, int]]:
     """A benchmark server for ``impl`` in its own process: (process, port)."""
     me = [sys.executable, "-m", "benchmarks.http"]
-    sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)]
+    sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib), "--loop", args.loop]
     server = subprocess.Popen([*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdin is not None
-        port_s, server_class = server.stdout.readline().split()
+        port_s, server_class, loop_module = server.stdout.readline().split()
         expected = "ReadIntoHTTPServer" if impl == "readinto" else "HTTPServer"
-        if server_class != expected:
-            raise RuntimeError(f"{impl} server runs {server_class}, expected {expected}")
+        if (server_class, loop_module) != (expected, args.loop):
+            raise RuntimeError(
+                f"{impl} server runs {server_class} on {loop_module}, expected {expected} on {args.loop}"
+            )
         yield server, int(port_s)
     finally:
         if server.stdin is not None:
@@ -442,6 +454,9 @@ def main(argv: list[str] | None = None) -> None:
         help="run every case this many times, alternating which implementation goes first; "
         "medians and (min-max) in the table, ratios taken within each round (default: 1)",
     )
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the servers' event loop (default: asyncio)"
+    )
     parser.add_argument("--load-generator", choices=("auto", "builtin"), default="auto")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--serve", metavar="IMPL", help=argparse.SUPPRESS)
@@ -450,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.serve:
-        serve(args.serve, args.body_mib * MiB, args.download_mib * MiB)
+        serve(args.serve, args.body_mib * MiB, args.download_mib * MiB, args.loop)
         return
     if args.load:
         print(json.dumps(load(args.load, args.port, args)))

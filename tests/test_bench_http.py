@@ -74,3 +74,20 @@ def test_bench_http_runs_tiny():
         (case, impl) for case in ("hello", "post", "put", "download") for impl in ("stock", "readinto")
     ]
     assert all(float(r[3]) > 0 for r in rows)
+
+
+def test_bench_http_serves_on_uvloop():
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.http", "--load-generator", "builtin", "--duration", "0.2",
+            "--connections", "2", "--cases", "hello", "--loop", "uvloop",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [("hello", "stock"), ("hello", "readinto")]
+    assert all(float(r[3]) > 0 for r in rows)
