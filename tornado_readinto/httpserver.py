@@ -348,7 +348,7 @@ class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
     .. versionadded:: 0.1
     """
 
-    def __init__(self, stream: IOStream, params: Any = None, context: object | None = None) -> None:
+    def __init__(self, stream: ReadIntoIOStream, params: Any = None, context: object | None = None) -> None:
         super().__init__(stream, params, context)
         # The requests' own header timeout is off: _HeaderTimeout enforces it.
         self._request_params = copy.copy(self.params)
@@ -356,9 +356,9 @@ class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
 
     async def _server_request_loop(self, delegate: Any) -> None:
         stream = self.stream
+        assert isinstance(stream, ReadIntoIOStream)
         timeout = self.params.header_timeout
         header_timeout = _HeaderTimeout(stream.io_loop, timeout) if timeout is not None else None
-        would_wait = getattr(stream, "_read_would_wait", None)
         try:
             while True:
                 conn = ReadIntoHTTP1Connection(stream, False, self._request_params, self.context)
@@ -376,7 +376,7 @@ class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
                     return
                 if not keep_going:
                     return
-                if would_wait is None or not would_wait():
+                if not stream._read_would_wait():
                     await asyncio.sleep(0)  # the next read may not wait: yield here
         finally:
             if header_timeout is not None:

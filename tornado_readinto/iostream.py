@@ -110,6 +110,9 @@ _CORK_MAX_BUFFER_NBYTES = 8 * 1024  # bytes
 #: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
 MAX_SEND_NBYTES = 16 * 1024 * 1024  # bytes
 
+#: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
 _READ = ioloop.IOLoop.READ
 _WRITE = ioloop.IOLoop.WRITE
 _ERROR = ioloop.IOLoop.ERROR
@@ -199,7 +202,6 @@ class ReadIntoIOStream(IOStream):
         self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
         # Bytes of the write buffer that the cork holds back (see writelines).
         self._cork_nbytes = 0
-        self._tcp: bool | None = None  # set_nodelay: a TCP socket? (looked up once)
         self._ra: bytearray | None = None  # read-ahead storage
         self._ra_view: memoryview | None = None  # long-lived view of _ra
         self._ra_start = 0  # first valid byte in _ra
@@ -221,6 +223,8 @@ class ReadIntoIOStream(IOStream):
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
         self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
         self._gather = self._gather and hasattr(self.socket, "sendmsg")
+        # set_nodelay applies to TCP sockets only (the family never changes).
+        self._tcp = self.socket.family in _TCP_FAMILIES
         # The stream's asyncio loop, given to its Futures: a Future made
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
@@ -800,14 +804,10 @@ class ReadIntoIOStream(IOStream):
     def set_nodelay(self, value: bool) -> None:
         """As stock `IOStream.set_nodelay`: one ``setsockopt(TCP_NODELAY)``
         on a TCP socket, nothing on other families, errors of a socket being
-        closed ignored.  The family is looked up once per stream, not per
-        call (Tornado's ``HTTP1Connection`` calls this twice per response)."""
-        tcp = self._tcp
-        if tcp is None:
-            if self.socket is None:
-                return
-            tcp = self._tcp = self.socket.family in (socket.AF_INET, socket.AF_INET6)
-        if tcp and self.socket is not None:
+        closed ignored.  The family is looked up once, when the stream is
+        made, not per call (Tornado's ``HTTP1Connection`` calls this twice
+        per response)."""
+        if self._tcp and self.socket is not None:
             try:
                 self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if value else 0)
             except OSError as e:
