@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import json
 import logging
-import re
 import socket
 import tracemalloc
 
@@ -36,6 +35,7 @@ from tornado_readinto.httpserver import (
 )
 from tornado_readinto.testing import FakeSocket
 
+from ._http import read_response, stop_server, wait_no_connections
 from .conftest import run
 
 MiB = 1024 * 1024
@@ -132,27 +132,8 @@ async def _serve(target=None, **kwargs):
     return server, port
 
 
-async def _stop(server):
-    server.stop()
-    await server.close_all_connections()
-
-
 def _head(method, path, nbytes, extra=""):
     return f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {nbytes}\r\n{extra}\r\n".encode()
-
-
-def _read_response(reader):
-    """Status and body of one response from a blocking socket file."""
-    status = reader.readline()
-    length = 0
-    while True:
-        line = reader.readline()
-        if line in (b"\r\n", b""):
-            break
-        match = re.match(rb"(?i)content-length:\s*(\d+)", line)
-        if match:
-            length = int(match.group(1))
-    return status, reader.read(length)
 
 
 def _blocking_request(port, head, body, pieces=1):
@@ -168,7 +149,7 @@ def _blocking_request(port, head, body, pieces=1):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server refused the body and closed
         try:
-            return _read_response(reader)
+            return read_response(reader)
         except ConnectionResetError:
             return b"", b""
 
@@ -177,14 +158,6 @@ async def _request(port, head, body, pieces=1):
     """`_blocking_request` in a thread: the client copies nothing in this
     process's heap, so tracemalloc sees only the server."""
     return await asyncio.get_running_loop().run_in_executor(None, _blocking_request, port, head, body, pieces)
-
-
-async def _wait_no_connections(server):
-    for _ in range(1000):
-        if not server._connections:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(server._connections)} connection(s) left")
 
 
 # -- fixed-length bodies ---------------------------------------------------------------
@@ -205,7 +178,7 @@ def test_http_body_fixed_length_lands_via_read_into_in_one_growing_buffer(reads)
             assert json.loads(reply) == {"type": "bytes", "nbytes": nbytes, "sha256": _digest(body)}
             return peak
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     peak = run(main())
     assert EVENTS == [("post", "ReadIntoHTTP1Connection")]
@@ -227,7 +200,7 @@ def test_http_body_small_and_empty_fixed_length_bodies(reads):
                 status, reply = await _request(port, _head("POST", "/body", nbytes), body)
                 assert json.loads(reply) == {"type": "bytes", "nbytes": nbytes, "sha256": _digest(body)}, nbytes
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     run(main())
     assert all(call[0] == "read_into" for call in reads)
@@ -252,7 +225,7 @@ def test_http_body_plain_callback_with_xheaders_uses_read_into(reads):
             status, reply = await _request(port, _head("POST", "/", len(body), "X-Real-Ip: 10.1.2.3\r\n"), body)
             assert (status.split()[1], reply) == (b"200", b"ok")
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     run(main())
     assert seen == [(bytes, len(body), _digest(body), "10.1.2.3")]
@@ -267,14 +240,14 @@ def test_http_body_expect_100_continue(reads):
             sock.sendall(_head("POST", "/body", len(body), "Expect: 100-continue\r\n"))
             interim = reader.readline() + reader.readline()
             sock.sendall(body)
-            return interim, _read_response(reader)
+            return interim, read_response(reader)
 
     async def main():
         server, port = await _serve()
         try:
             return await asyncio.get_running_loop().run_in_executor(None, client, port)
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     interim, (status, reply) = run(main())
     assert interim == b"HTTP/1.1 100 (Continue)\r\n\r\n"
@@ -300,7 +273,7 @@ def test_http_body_streamed_gets_bounded_chunks_from_a_bounded_buffer(reads):
             assert status.startswith(b"HTTP/1.1 200"), status
             return json.loads(reply), peak
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     reply, peak = run(main())
     assert reply["sha256"] == _digest(body) and reply["types"] == ["bytes"]
@@ -393,9 +366,9 @@ def test_http_body_max_body_size_still_enforced(reads, caplog):
             # a streamed handler lowering the limit in prepare()
             status, _ = await _request(port, _head("PUT", "/streamed?limit=65536", 65537), _pattern(65537))
             assert status.startswith(b"HTTP/1.1 400") or status == b""
-            await _wait_no_connections(server)
+            await wait_no_connections(server)
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     with caplog.at_level(logging.INFO, logger="tornado.general"):
         run(main())
@@ -419,9 +392,9 @@ def test_http_body_truncated_by_the_client_closes_cleanly(reads, caplog, path):
         server, port = await _serve()
         try:
             await asyncio.get_running_loop().run_in_executor(None, client, port)
-            await _wait_no_connections(server)
+            await wait_no_connections(server)
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     with caplog.at_level(logging.WARNING):
         run(main())
@@ -456,7 +429,7 @@ def test_http_body_gzip_request_falls_back_to_stock(reads):
             assert json.loads(reply)["sha256"] == _digest(plain)
             return compressed_reads
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     compressed_reads = run(main())
     assert {c[0] for c in compressed_reads} == {"read_bytes"}  # Tornado's own chunked reads
@@ -491,7 +464,7 @@ def test_http_body_unknown_delegate_falls_back_to_stock(reads):
             status, _ = await _request(port, _head("POST", "/", len(body)), body)
             assert status.startswith(b"HTTP/1.1 200")
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     run(main())
     assert b"".join(received) == body
@@ -526,7 +499,7 @@ def test_http_response_large_chunk_leaves_with_its_headers_in_one_gather_write(m
             assert status.startswith(b"HTTP/1.1 200") and nbytes == len(PAYLOAD) and buf == PAYLOAD
             return peak
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     peak = run(main())
     # header block and the 4 MiB chunk, by reference, in one writelines
@@ -566,7 +539,7 @@ def test_http_response_chunked_and_over_length_keep_stock_behaviour(caplog):
                 await client.fetch(f"http://127.0.0.1:{port}/download?mode=too-long")
         finally:
             client.close()
-            await _stop(server)
+            await stop_server(server)
 
     with caplog.at_level(logging.ERROR):
         run(main())

@@ -13,6 +13,7 @@ how fast."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import re
 import socket
@@ -27,6 +28,7 @@ from tornado.testing import bind_unused_port
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
 from tornado_readinto.httpserver import ReadIntoHTTP1ServerConnection
 
+from ._http import read_response, stop_server, wait_no_connections
 from .conftest import run
 
 SERVERS = [HTTPServer, ReadIntoHTTPServer]
@@ -50,11 +52,6 @@ async def _serve(server_class, **kwargs):
     return server, port
 
 
-async def _stop(server):
-    server.stop()
-    await server.close_all_connections()
-
-
 def _request(i: int = 0) -> bytes:
     return f"GET /?i={i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 
@@ -66,12 +63,19 @@ async def _response(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(nbytes)
 
 
-async def _wait_no_connections(server):
-    for _ in range(1000):
-        if not server._connections:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(server._connections)} connection(s) left")
+@contextlib.asynccontextmanager
+async def _connected(server_class, **kwargs):
+    """A ``server_class`` server and one asyncio client connection to it:
+    ``(server, reader, writer)``.  On leaving, the client closes and the
+    server must drop the connection; the server is stopped either way."""
+    server, port = await _serve(server_class, **kwargs)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        yield server, reader, writer
+        writer.close()
+        await wait_no_connections(server)
+    finally:
+        await stop_server(server)
 
 
 def _blocking_keepalive(port: int, requests: list[bytes], pipelined: bool) -> list[bytes]:
@@ -85,17 +89,9 @@ def _blocking_keepalive(port: int, requests: list[bytes], pipelined: bool) -> li
         for request in requests:
             if not pipelined:
                 sock.sendall(request)
-            status = reader.readline()
+            status, body = read_response(reader)
             assert status.startswith(b"HTTP/1.1 200"), status
-            nbytes = 0
-            while True:
-                line = reader.readline()
-                if line in (b"\r\n", b""):
-                    break
-                match = re.match(rb"(?i)content-length:\s*(\d+)", line)
-                if match:
-                    nbytes = int(match.group(1))
-            bodies.append(reader.read(nbytes))
+            bodies.append(body)
     return bodies
 
 
@@ -117,19 +113,12 @@ def test_http_serving_header_timeout_is_one_timer_per_connection(loop_name, serv
     monkeypatch.setattr(BaseAsyncIOLoop, "call_at", counting_call_at)
 
     async def main():
-        server, port = await _serve(server_class)  # idle_connection_timeout: 3600 s
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _connected(server_class) as (server, reader, writer):  # idle_connection_timeout: 3600 s
             for i in range(nrequests):
                 writer.write(_request(i))
                 assert await _response(reader) == f"hello {i}".encode()
             (conn,) = server._connections
             assert isinstance(conn.stream, ReadIntoIOStream) == (server_class is ReadIntoHTTPServer)
-            writer.close()
-            await writer.wait_closed()
-            await _wait_no_connections(server)
-        finally:
-            await _stop(server)
 
     run(main(), loop=loop_name)
     if server_class is HTTPServer:
@@ -148,9 +137,7 @@ def test_http_serving_idle_timeout_spans_requests_then_closes_an_idle_connection
 
     async def main():
         loop = asyncio.get_running_loop()
-        server, port = await _serve(server_class, idle_connection_timeout=timeout)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _connected(server_class, idle_connection_timeout=timeout) as (_, reader, writer):
             start = loop.time()
             i = 0
             while loop.time() - start < 2 * timeout:
@@ -162,10 +149,6 @@ def test_http_serving_idle_timeout_spans_requests_then_closes_an_idle_connection
             assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
             idle = loop.time() - last
             assert timeout - timeout / 5 - 0.05 <= idle < timeout + 5, idle
-            writer.close()
-            await _wait_no_connections(server)
-        finally:
-            await _stop(server)
 
     run(main(), loop=loop_name)
 
@@ -179,9 +162,7 @@ def test_http_serving_trickled_headers_are_cut_at_the_header_deadline(loop_name,
 
     async def main():
         loop = asyncio.get_running_loop()
-        server, port = await _serve(server_class, idle_connection_timeout=timeout)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _connected(server_class, idle_connection_timeout=timeout) as (_, reader, writer):
             start = loop.time()
             writer.write(b"GET / HTTP/1.1\r\n")
             received = b""
@@ -199,10 +180,6 @@ def test_http_serving_trickled_headers_are_cut_at_the_header_deadline(loop_name,
             closed_after = loop.time() - start
             assert received == b""
             assert timeout - 0.05 <= closed_after < timeout + 5, closed_after
-            writer.close()
-            await _wait_no_connections(server)
-        finally:
-            await _stop(server)
 
     run(main(), loop=loop_name)
 
@@ -214,17 +191,11 @@ def test_http_serving_a_slow_handler_is_not_cut_by_the_header_timeout(loop_name,
     timeout = 0.2
 
     async def main():
-        server, port = await _serve(server_class, idle_connection_timeout=timeout)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _connected(server_class, idle_connection_timeout=timeout) as (_, reader, writer):
             writer.write(f"GET /slow?s={3 * timeout} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             assert await _response(reader) == b"slow"
             writer.write(_request(2))
             assert await _response(reader) == b"hello 2"
-            writer.close()
-            await _wait_no_connections(server)
-        finally:
-            await _stop(server)
 
     run(main(), loop=loop_name)
 
@@ -235,9 +206,7 @@ def test_http_serving_a_closed_connection_keeps_nothing_alive(loop_name):
     until the (hour-long) deadline."""
 
     async def main():
-        server, port = await _serve(ReadIntoHTTPServer)
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with _connected(ReadIntoHTTPServer) as (server, reader, writer):
             writer.write(_request(1))
             assert await _response(reader) == b"hello 1"
             (conn,) = server._connections
@@ -246,13 +215,11 @@ def test_http_serving_a_closed_connection_keeps_nothing_alive(loop_name):
             del conn
             writer.close()
             await writer.wait_closed()
-            await _wait_no_connections(server)
+            await wait_no_connections(server)
             for _ in range(3):
                 await asyncio.sleep(0)
             gc.collect()
             assert [ref() for ref in refs] == [None, None]
-        finally:
-            await _stop(server)
 
     run(main(), loop=loop_name)
 
@@ -287,9 +254,9 @@ def test_http_serving_yields_between_requests_only_when_the_next_may_be_there(
             bodies = await loop.run_in_executor(None, _blocking_keepalive, port, requests, pipelined)
             monkeypatch.setattr(asyncio, "sleep", sleep)
             assert bodies == [f"hello {i}".encode() for i in range(nrequests)]
-            await _wait_no_connections(server)
+            await wait_no_connections(server)
         finally:
-            await _stop(server)
+            await stop_server(server)
 
     run(main(), loop=loop_name)
     if server_class is HTTPServer:
