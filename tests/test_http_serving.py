@@ -22,13 +22,15 @@ import weakref
 import pytest
 from tornado import web
 from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream
 from tornado.platform.asyncio import BaseAsyncIOLoop
 from tornado.testing import bind_unused_port
 
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
 from tornado_readinto.httpserver import ReadIntoHTTP1ServerConnection
+from tornado_readinto.testing import stream_pair
 
-from ._http import read_response, stop_server, wait_no_connections
+from ._http import stop_server, wait_no_connections
 from .conftest import run
 
 SERVERS = [HTTPServer, ReadIntoHTTPServer]
@@ -76,23 +78,6 @@ async def _connected(server_class, **kwargs):
         await wait_no_connections(server)
     finally:
         await stop_server(server)
-
-
-def _blocking_keepalive(port: int, requests: list[bytes], pipelined: bool) -> list[bytes]:
-    """Send ``requests`` on one connection from a blocking socket, one at a
-    time (each after the previous response) or all in one ``sendall``;
-    return the response bodies."""
-    bodies = []
-    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as reader:
-        if pipelined:
-            sock.sendall(b"".join(requests))
-        for request in requests:
-            if not pipelined:
-                sock.sendall(request)
-            status, body = read_response(reader)
-            assert status.startswith(b"HTTP/1.1 200"), status
-            bodies.append(body)
-    return bodies
 
 
 # -- the header timeout ----------------------------------------------------------------
@@ -227,17 +212,20 @@ def test_http_serving_a_closed_connection_keeps_nothing_alive(loop_name):
 # -- yields between requests -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["one-at-a-time", "pipelined"])
-@pytest.mark.parametrize("server_class", SERVERS)
-def test_http_serving_yields_between_requests_only_when_the_next_may_be_there(
-    loop_name, server_class, pipelined, monkeypatch
-):
-    """Stock yields to the loop after every request.  Ours yields after a
-    request only while the next one may already be read ahead (pipelined);
-    one request at a time, the next read waits for the loop anyway and the
-    yield is skipped.  Responses come in order either way."""
-    nrequests = 30
-    zero_sleeps = []
+def _sent_ahead(requests: list[bytes]):
+    """A connected TCP pair whose client end has already sent ``requests``:
+    all of them are in the server socket's receive queue before the server
+    reads.  Returns ``(client_sock, server_sock, server_address)``."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client_sock = socket.create_connection(listener.getsockname())
+        server_sock, address = listener.accept()
+    client_sock.sendall(b"".join(requests))
+    return client_sock, server_sock, address
+
+
+def _counting_zero_sleeps(monkeypatch) -> list[float]:
+    """Record every ``asyncio.sleep(0)`` (how the serving loops yield)."""
+    zero_sleeps: list[float] = []
     sleep = asyncio.sleep
 
     def counting_sleep(delay, *args, **kwargs):
@@ -245,23 +233,91 @@ def test_http_serving_yields_between_requests_only_when_the_next_may_be_there(
             zero_sleeps.append(delay)
         return sleep(delay, *args, **kwargs)
 
+    monkeypatch.setattr(asyncio, "sleep", counting_sleep)
+    return zero_sleeps
+
+
+def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, monkeypatch):
+    """The serving loop asks the stream, after each request, whether the
+    next read would wait for the loop; it yields exactly when the answer is
+    no.  The answers are scripted (both ways, in a known order) and the
+    client runs on the same loop, so nothing races: the yields are exactly
+    the scripted "no"s, and the responses come in order."""
+    nrequests = 12
+    answers = [i % 3 == 0 for i in range(nrequests)]  # True: the next read would wait
+    asked: list[bool] = []
+
+    def scripted(stream):
+        answer = answers[len(asked)]
+        asked.append(answer)
+        return answer
+
+    monkeypatch.setattr(ReadIntoIOStream, "_read_would_wait", scripted)
+
     async def main():
-        server, port = await _serve(server_class)
+        async with _connected(ReadIntoHTTPServer) as (_, reader, writer):
+            zero_sleeps = _counting_zero_sleeps(monkeypatch)
+            for i in range(nrequests):
+                writer.write(_request(i))
+                assert await _response(reader) == f"hello {i}".encode()
+            return len(zero_sleeps)
+
+    yields = run(main(), loop=loop_name)
+    assert len(asked) == nrequests
+    assert yields == answers.count(False)
+
+
+def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name):
+    """``_read_would_wait()`` on known states of a real socket: no while
+    bytes are read ahead or before the socket was proved empty; yes once a
+    read parked and its recv drained the socket; never yes on TLS (a short
+    read there does not prove the socket empty)."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
         try:
-            requests = [_request(i) for i in range(nrequests)]
-            loop = asyncio.get_running_loop()
-            monkeypatch.setattr(asyncio, "sleep", counting_sleep)
-            bodies = await loop.run_in_executor(None, _blocking_keepalive, port, requests, pipelined)
-            monkeypatch.setattr(asyncio, "sleep", sleep)
-            assert bodies == [f"hello {i}".encode() for i in range(nrequests)]
-            await wait_no_connections(server)
+            assert not server._read_would_wait()  # nothing proved yet
+            client.socket.sendall(b"a\nb\n")
+            assert await server.read_until(b"\n") == b"a\n"
+            assert not server._read_would_wait()  # b"b\n" is read ahead
+            assert await server.read_until(b"\n") == b"b\n"
+            assert not server._read_would_wait()  # served from the buffer: the socket was not asked
+            reading = server.read_until(b"\n")  # parks: nothing there
+            client.socket.sendall(b"c\n")
+            assert await reading == b"c\n"
+            assert server._read_would_wait()  # the recv that completed it was short: drained
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+@pytest.mark.parametrize("server_class", SERVERS)
+def test_http_serving_pipelined_requests_yield_between_them_in_order(loop_name, server_class, monkeypatch):
+    """All requests are in the socket before the server reads, so its first
+    recv takes them all and, being short, proves the socket empty.  After
+    every request but the last the next one is read ahead: ours yields
+    there; after the last, the next read must wait: ours does not yield.
+    Stock yields after every request.  The responses come in order."""
+    nrequests = 30
+    requests = [_request(i) for i in range(nrequests)]
+
+    async def main():
+        client_sock, server_sock, address = _sent_ahead(requests)
+        server = server_class(web.Application([("/", _Echo)]))
+        zero_sleeps = _counting_zero_sleeps(monkeypatch)
+        try:
+            stream_class = ReadIntoIOStream if server_class is ReadIntoHTTPServer else IOStream
+            server.handle_stream(stream_class(server_sock), address)
+            reader, writer = await asyncio.open_connection(sock=client_sock)
+            for i in range(nrequests):
+                assert await _response(reader) == f"hello {i}".encode()
+            writer.close()
+            await wait_no_connections(server)  # the serving loop has ended
+            return len(zero_sleeps)
         finally:
             await stop_server(server)
 
-    run(main(), loop=loop_name)
-    if server_class is HTTPServer:
-        assert len(zero_sleeps) >= nrequests
-    elif pipelined:
-        assert nrequests - 2 <= len(zero_sleeps) <= nrequests, len(zero_sleeps)
-    else:
-        assert len(zero_sleeps) <= 1, len(zero_sleeps)
+    yields = run(main(), loop=loop_name)
+    assert yields == (nrequests if server_class is HTTPServer else nrequests - 1)

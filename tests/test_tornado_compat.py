@@ -5,17 +5,12 @@ import socket
 import subprocess
 import sys
 
-import tornado
 from tornado.iostream import IOStream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat
 from tornado_readinto.writebuffer import ChunkedWriteBuffer
 
 from .conftest import run
-
-
-def test_compat_tornado_version_is_supported():
-    assert tornado.version_info[:2] >= _tornado_compat.MIN_TORNADO
 
 
 def test_compat_private_attributes_exist_on_stock_and_ours():
@@ -70,8 +65,29 @@ def test_compat_unsupported_tornado_fails_loudly():
     assert "needs tornado>=6.5" in result.stderr
 
 
-def test_compat_entry_point_hooks_exist():
-    assert _tornado_compat.check_entry_point_hooks() == []
+def test_compat_a_missing_entry_point_hook_is_reported(monkeypatch):
+    """The import-time check names what a Tornado release lacks (importing
+    this package already proves that this Tornado lacks nothing)."""
+    from tornado.tcpserver import TCPServer
+
+    monkeypatch.delattr(TCPServer, "_handle_connection")
+    monkeypatch.delattr(_tornado_compat.HTTP1Connection, "_parse_headers")
+    assert _tornado_compat.check_entry_point_hooks() == [
+        "TCPServer._handle_connection",
+        "HTTP1Connection._parse_headers",
+    ]
+
+
+def test_compat_a_missing_stream_attribute_is_reported():
+    class Bare:
+        _read_buffer = _write_buffer = None
+
+    missing = _tornado_compat.check_stream_attrs(Bare())
+    assert "_read_buffer" not in missing and "_write_buffer" not in missing
+    assert "_total_write_index" in missing and len(missing) == len(_tornado_compat.PRIVATE_STREAM_ATTRS) - 2
+
+
+def test_compat_our_entry_points_override_the_stock_hooks():
     from tornado.tcpclient import TCPClient
     from tornado.tcpserver import TCPServer
 
