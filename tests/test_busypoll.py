@@ -4,6 +4,7 @@ on uvloop.  These check what happens (spins, hits, ticks, when the spinner stops
 never how fast: the clock they read is explicit."""
 
 import asyncio
+import contextlib
 import socket
 import threading
 
@@ -32,6 +33,7 @@ class FakeSpinner:
 
     def spin_until(self, deadline):
         self.deadlines.append(deadline)
+        return True
 
 
 # -- the policy, on explicit clocks ------------------------------------------------
@@ -152,10 +154,61 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch):
+    """An explicit clock for the spinner and the streams; and, since any
+    other thread stops spinning and earlier tests may have left idle threads
+    behind (executors), the process counts as having none."""
     clock = Clock()
     monkeypatch.setattr(busypoll, "perf_counter", clock)
     monkeypatch.setattr(iostream, "perf_counter", clock)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
     return clock
+
+
+@contextlib.contextmanager
+def gil_holding_thread():
+    """A thread running pure Python (it holds the GIL but at the switch
+    interval), as a dask worker's task thread does."""
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_parked_read_never_spins_while_another_thread_runs_python(loop_name):
+    """Every poll releases the GIL, and each release can cost the loop a
+    hand-off to the other thread: with one running, parked reads do not
+    spin, on either loop (no spinner tick, no spin counted), whatever the
+    policy would have chosen; the reads complete as usual.  (Without other
+    threads they spin: the tests above, with the check pinned.)"""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=1.0)
+        spinner = spinner_for(asyncio.get_running_loop())
+        try:
+            with gil_holding_thread():
+                assert busypoll.other_threads()
+                ticks = spinner.ticks
+                for i in range(20):
+                    reading = server.read_into(bytearray(4))  # parks: nothing there
+                    assert not spinner.spinning
+                    await client.write(b"%4d" % i)
+                    assert await reading == 4
+                assert spinner.ticks == ticks
+                assert (server._busy_poll.parks, server._busy_poll.spins) == (20, 0)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
 
 
 def test_spinner_keeps_the_loop_polling_until_the_deadline_then_idles(loop_name, clock):

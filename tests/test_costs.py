@@ -9,7 +9,7 @@ import struct
 import pytest
 from tornado.iostream import IOStream
 
-from tornado_readinto import FramedStream, ReadIntoIOStream
+from tornado_readinto import FramedStream, ReadIntoIOStream, busypoll
 from tornado_readinto import iostream as iostream_module
 from tornado_readinto.allocators import BufferPool
 from tornado_readinto.testing import RecordingSocket
@@ -70,6 +70,10 @@ async def _pingpong(client, server_task, nmessages):
 
 @pytest.mark.parametrize("busy_poll_s", [0, 50e-6])
 def test_read_into_echo_costs_one_recv_one_sendmsg_three_futures_per_message(loop_name, busy_poll_s, monkeypatch):
+    # spinning is refused while other threads exist (earlier tests may have
+    # left idle executor threads): let the spinning case spin
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+
     async def main():
         server, client = _pair(busy_poll_s=busy_poll_s)
         sock = server.socket
