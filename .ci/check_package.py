@@ -57,14 +57,12 @@ else:
 print("wheel alone: ok")
 """
 
-WITH_DISTRIBUTED = """
-import asyncio, sys
+#: One message through a ``readinto://`` listener and connector, with
+#: distributed's own ``connect``/``listen`` (tests/test_optional_deps.py runs
+#: it too).
+DASK_EXCHANGE = """
+import asyncio
 from distributed.comm import connect, listen
-from distributed.comm.registry import get_backend
-import tornado_readinto
-assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
-backends = {name: type(get_backend(name)).__name__ for name in ("readinto", "readinto-tls")}
-assert backends == {"readinto": "ReadIntoTCPBackend", "readinto-tls": "ReadIntoTLSBackend"}, backends
 
 async def main():
     async def echo(comm):
@@ -77,8 +75,22 @@ async def main():
         await comm.close()
 
 asyncio.run(main())
+"""
+
+WITH_DISTRIBUTED = (
+    """
+import sys
+from distributed.comm.registry import get_backend
+import tornado_readinto
+assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
+backends = {name: type(get_backend(name)).__name__ for name in ("readinto", "readinto-tls")}
+assert backends == {"readinto": "ReadIntoTCPBackend", "readinto-tls": "ReadIntoTLSBackend"}, backends
+"""
+    + DASK_EXCHANGE
+    + """
 print("entry point and readinto:// exchange: ok", backends)
 """
+)
 
 
 def step(title: str) -> None:

@@ -2,6 +2,8 @@
 needs it.  Each check runs in a fresh interpreter, with msgpack blocked
 through ``sys.modules`` where the check needs it gone."""
 
+import importlib.util
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -17,6 +19,17 @@ def _python(code: str, *, block_msgpack: bool = False) -> subprocess.CompletedPr
     if block_msgpack:
         code = BLOCK_MSGPACK + code
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def _dask_exchange() -> str:
+    """The ``readinto://`` exchange that ``tox -e package`` runs in a fresh
+    venv (`DASK_EXCHANGE` of .ci/check_package.py), as code to run."""
+    path = pathlib.Path(__file__).resolve().parent.parent / ".ci" / "check_package.py"
+    spec = importlib.util.spec_from_file_location("_check_package", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return textwrap.indent(module.DASK_EXCHANGE, " " * 8)
 
 
 def test_comm_without_msgpack_names_the_extra():
@@ -64,26 +77,12 @@ def test_dask_backend_never_imports_msgpack_itself():
     pytest.importorskip("distributed")
     result = _python(
         """
-        import asyncio, sys
-
-        from distributed.comm import connect, listen
+        import sys
 
         import tornado_readinto.dask_backend  # noqa: F401 - what the entry point loads
-
-
-        async def main():
-            async def echo(comm):
-                await comm.write(await comm.read())
-                await comm.close()
-
-            async with listen("readinto://127.0.0.1:0", echo) as listener:
-                comm = await connect(listener.contact_address, timeout=10)
-                await comm.write({"x": b"y" * 100_000})
-                assert await comm.read() == {"x": b"y" * 100_000}
-                await comm.close()
-
-
-        asyncio.run(main())
+        """
+        + _dask_exchange()
+        + """
         ours = {name: m for name, m in sys.modules.items() if name.startswith("tornado_readinto") and m is not None}
         assert "tornado_readinto.dask_backend" in ours
         msgpack = sys.modules["msgpack"]
