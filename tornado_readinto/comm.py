@@ -68,22 +68,18 @@ stream then holds more than ``write_high_water_nbytes`` unsent bytes
 from __future__ import annotations
 
 import asyncio
-import errno
 import inspect
 import logging
-import os
 import random
-import socket
 import ssl
-import stat
-import sys
-import tempfile
-from collections.abc import Awaitable, Mapping
-from typing import Any, Callable, Final, NoReturn, Union
+from collections.abc import Awaitable
+from typing import Any, Callable, Final, Union
 
-import msgpack
 from tornado.iostream import StreamClosedError
 
+from ._channel import WRITE_HIGH_WATER_NBYTES, FramedChannel
+from ._net import bind_unix_socket, check_encryption, listen_tcp, open_stream, unlink_unix_socket
+from .addressing import contact_host, parse_address, parse_host_port, sockaddr_to_address
 from .allocators import recycling_allocator
 from .errors import (
     BufferBusyError,
@@ -101,7 +97,7 @@ from .framing import (
     Allocator,
     FrameReader,
 )
-from .iostream import ReadIntoIOStream, SSLReadIntoIOStream
+from .iostream import ReadIntoIOStream
 from .message import (  # noqa: F401 - EXT_* are re-exported for tests and users
     EXT_BUFFER,
     EXT_NDARRAY,
@@ -109,10 +105,11 @@ from .message import (  # noqa: F401 - EXT_* are re-exported for tests and users
     EXT_TUPLE,
     OUT_OF_BAND_MIN_NBYTES,
     _packb,
+    _unpackb,
     decode_message,
     encode_message,
 )
-from .tcpserver import HandshakingTCPServer, bind_tcp_sockets
+from .tcpserver import HandshakingTCPServer
 
 __all__ = [
     "Comm",
@@ -142,13 +139,6 @@ PROTOCOL_NAME: Final = "tornado_readinto"
 PROTOCOL_VERSION: Final = 1
 
 
-#: `Comm.write` waits for the stream to send everything queued once more than
-#: this many bytes are queued, instead of letting the queue (which holds
-#: references to the caller's buffers) grow without bound when the peer reads
-#: slower than we write.  64 MiB: several times a socket send buffer (4 MiB
-#: at most by default on Linux), so a fast peer never makes a writer wait.
-WRITE_HIGH_WATER_NBYTES: Final = 64 * 1024 * 1024  # bytes
-
 #: Default seconds `connect` keeps trying (connection, TLS and comm handshake).
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0  # seconds
 
@@ -173,76 +163,13 @@ LISTEN_BACKLOG: Final = 2048
 _BACKOFF_BASE: Final = 0.01  # seconds
 _BACKOFF_MAX: Final = 1.0  # seconds
 
-_SCHEMES: Final = ("tcp", "tls", "unix")
-
-# A Unix socket path must fit sockaddr_un.sun_path (108 bytes on Linux,
-# 104 on the BSDs and macOS), including the terminating NUL.
-_UNIX_PATH_MAX: Final = 104 if sys.platform == "darwin" or "bsd" in sys.platform else 108
-
 Handler = Callable[["Comm"], Union[Awaitable[None], None]]
-
-
-# -- addresses ------------------------------------------------------------------
-
-
-def parse_address(address: str) -> tuple[str, str]:
-    """Split ``"scheme://location"`` into ``(scheme, location)``.
-
-    :raises ValueError: no scheme, or not one of ``tcp``, ``tls``, ``unix``.
-    """
-    if not isinstance(address, str):
-        raise TypeError(f"address must be a str, not {type(address).__name__}")
-    scheme, sep, loc = address.partition("://")
-    if not sep:
-        raise ValueError(f"address {address!r} has no scheme; expected tcp://host:port, tls://host:port or unix:///path")
-    if scheme not in _SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r} in {address!r}; expected one of {', '.join(_SCHEMES)}")
-    if scheme == "unix" and not loc:
-        raise ValueError(f"address {address!r} has no path")
-    return scheme, loc
-
-
-def _parse_host_port(loc: str, address: str, default_port: int | None = None) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``."""
-    if loc.startswith("["):
-        host, sep, rest = loc[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            raise ValueError(f"invalid address {address!r}")
-        port_str = rest[1:]
-    elif loc.count(":") > 1:
-        raise ValueError(f"invalid address {address!r}: an IPv6 host needs brackets, like [::1]:8786")
-    else:
-        host, _, port_str = loc.partition(":")
-    if not port_str:
-        if default_port is None:
-            raise ValueError(f"address {address!r} has no port")
-        return host, default_port
-    try:
-        port = int(port_str)
-    except ValueError:
-        raise ValueError(f"invalid port {port_str!r} in {address!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} out of range in {address!r}")
-    return host, port
-
-
-def _unparse_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _sockaddr_str(scheme: str, sockaddr: Any) -> str:
-    """``scheme://…`` for a ``getsockname()``/``accept()`` address."""
-    if isinstance(sockaddr, tuple):
-        return f"{scheme}://{_unparse_host_port(sockaddr[0], sockaddr[1])}"
-    if isinstance(sockaddr, bytes):  # Linux abstract namespace
-        sockaddr = sockaddr.decode(errors="replace")
-    return f"{scheme}://{sockaddr or ''}"
 
 
 # -- the comm ---------------------------------------------------------------------
 
 
-class Comm:
+class Comm(FramedChannel):
     """One established message connection.
 
     Get one from `connect` or from a `listen` handler.  One `read` and any
@@ -328,10 +255,6 @@ class Comm:
         """The underlying stream (do not read from or write to it)."""
         return self._stream
 
-    def closed(self) -> bool:
-        """True once `close` or `abort` was called or the connection broke."""
-        return self._closed or self._stream.closed()
-
     def __repr__(self) -> str:
         state = "closed" if self.closed() else "open"
         return f"<{type(self).__name__} {state} local={self._local_address} peer={self._peer_address}>"
@@ -344,10 +267,22 @@ class Comm:
 
     # -- I/O --------------------------------------------------------------------
 
-    def _broken(self, exc: BaseException, doing: str) -> NoReturn:
-        """Abort and raise `CommClosedError` for a low-level error ``exc``."""
-        self.abort()
-        raise CommClosedError(f"{doing} {self!r} failed: {type(exc).__name__}: {exc}") from exc
+    def _closed_error(self, exc: BaseException, doing: str) -> BaseException | None:
+        # What FramedChannel._fail raises for a failed read, write or flush.
+        if isinstance(exc, ReadTimeoutError):
+            return CommTimeoutError(
+                f"no data from {self._peer_address} for read_timeout={self._read_timeout} s; comm aborted ({exc})"
+            )
+        if not isinstance(exc, StreamClosedError):
+            return None  # a cancellation, a bad message…: raised as it is
+        if self._closed:
+            return CommClosedError(f"{doing} closed {self!r}")
+        if doing == "read from" and isinstance(exc.real_error, FramingError):
+            return exc.real_error  # the stream was closed by an earlier FramingError: report it
+        return self._broken_error(exc, doing)
+
+    def _broken_error(self, exc: BaseException, doing: str) -> CommClosedError:
+        return CommClosedError(f"{doing} {self!r} failed: {type(exc).__name__}: {exc}")
 
     async def read(self) -> Any:
         """Receive one message.
@@ -374,27 +309,12 @@ class Comm:
             frames = await self._framed.read_frames()
         except BufferBusyError:
             raise  # another read is in progress; this call changed nothing
-        except ReadTimeoutError as exc:
-            self.abort()
-            raise CommTimeoutError(
-                f"no data from {self._peer_address} for read_timeout={self._read_timeout} s; comm aborted ({exc})"
-            ) from exc
-        except StreamClosedError as exc:
-            if self._closed:
-                raise CommClosedError(f"read on closed {self!r}") from exc
-            if isinstance(exc.real_error, FramingError):
-                # The stream was closed by an earlier FramingError: report it.
-                self.abort()
-                raise exc.real_error from exc
-            self._broken(exc, "read from")
-        except BaseException:
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "read from")
         try:
             return decode_message(frames, allow_pickle=self._allow_pickle)
-        except BaseException:
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "decode from")
 
     async def write(self, msg: Any) -> int:
         """Send one message; return the bytes it takes on the wire (framing
@@ -421,11 +341,8 @@ class Comm:
         frames = encode_message(msg, allow_pickle=self._send_pickles, out_of_band_min_nbytes=self._oob_min_nbytes)
         try:
             return await self._framed.send_frames(frames, high_water_nbytes=self._high_water)
-        except StreamClosedError as exc:
-            self._broken(exc, "write to")
-        except BaseException:
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "write to")
 
     async def flush(self) -> None:
         """Wait until everything written so far was handed to the kernel
@@ -437,11 +354,8 @@ class Comm:
             raise CommClosedError(f"flush on closed {self!r}")
         try:
             await self._stream.write(b"")
-        except StreamClosedError as exc:
-            self._broken(exc, "flush of")
-        except BaseException:
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "flush of")
 
     async def close(self) -> None:
         """Send what is still queued, then close.  Idempotent.
@@ -450,22 +364,9 @@ class Comm:
         with ``asyncio.wait_for`` if needed (cancellation aborts the comm).
         Errors while flushing are swallowed: the comm ends closed either way.
         """
-        if self._closed:
-            return
-        self._closed = True
-        stream = self._stream
-        try:
-            if not stream.closed() and stream.writing():
-                await stream.write(b"")
-        except StreamClosedError:
-            pass
-        finally:
-            stream.close()
-
-    def abort(self) -> None:
-        """Close at once, dropping what is still queued.  Idempotent."""
-        self._closed = True
-        self._stream.close()
+        flushing = self._begin_close()
+        if flushing is not None:
+            await flushing
 
     # -- handshake ----------------------------------------------------------------
 
@@ -490,7 +391,7 @@ class Comm:
             self.abort()
             if future is not None and future.cancelled():  # wait_for expired
                 raise CommTimeoutError(f"no handshake from {self._peer_address} within {timeout} s") from exc
-            self._broken(exc, "handshake with")
+            raise self._broken_error(exc, "handshake with") from exc
         except FramingError as exc:
             self.abort()
             raise HandshakeError(f"{self._peer_address} does not speak {PROTOCOL_NAME}: {exc}") from exc
@@ -498,14 +399,14 @@ class Comm:
             if isinstance(exc.real_error, FramingError):  # (read ahead: see read())
                 self.abort()
                 raise HandshakeError(f"{self._peer_address} does not speak {PROTOCOL_NAME}: {exc.real_error}") from exc
-            self._broken(exc, "handshake with")
+            self._fail(exc, "handshake with")
         except BaseException:
             self.abort()
             raise
         try:
             if len(frames) != 1:
                 raise ValueError(f"{len(frames)} frames")
-            remote = msgpack.unpackb(frames[0], raw=False, strict_map_key=False)
+            remote = _unpackb(frames[0])
             if type(remote) is not dict:
                 raise ValueError(f"a {type(remote).__name__}, not a dict")
         except Exception as exc:
@@ -525,87 +426,6 @@ class Comm:
 # -- connecting -------------------------------------------------------------------
 
 
-async def _resolve(host: str, port: int) -> list[tuple[socket.AddressFamily, Any]]:
-    """getaddrinfo for a stream socket; numeric hosts skip the thread pool."""
-    flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=flags)
-    except socket.gaierror:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    seen: list[tuple[socket.AddressFamily, Any]] = []
-    for family, _, _, _, sockaddr in infos:
-        if (family, sockaddr) not in seen:
-            seen.append((family, sockaddr))
-    return seen
-
-
-def _is_verification_error(exc: BaseException) -> bool:
-    real = getattr(exc, "real_error", None)
-    return isinstance(exc, ssl.SSLCertVerificationError) or isinstance(real, ssl.SSLCertVerificationError)
-
-
-async def open_stream(
-    scheme: str,
-    loc: str,
-    address: str,
-    *,
-    ssl_context: ssl.SSLContext | None = None,
-    server_hostname: str | None = None,
-    stream_kwargs: Mapping[str, Any] | None = None,
-) -> ReadIntoIOStream:
-    """Open a `ReadIntoIOStream` to ``loc``: one connection attempt (TCP or
-    Unix connect, each resolved address in turn, then the TLS handshake with
-    ``ssl_context``), with no protocol handshake.  `connect` and the dask
-    backend's connector open their streams with it.  ``stream_kwargs`` (for
-    example ``{"busy_poll_s": 0.0}``) go to the stream's constructor.
-
-    .. versionadded:: 0.1
-
-    :raises HandshakeError: the peer's TLS certificate was refused.
-    :raises OSError: (including ``StreamClosedError``) the attempt failed.
-    """
-    stream: ReadIntoIOStream
-    kwargs = stream_kwargs or {}
-    if scheme == "unix":
-        stream = ReadIntoIOStream(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), **kwargs)
-        try:
-            await stream.connect(loc)
-        except BaseException:
-            stream.close()
-            raise
-        return stream
-    host, port = _parse_host_port(loc, address)
-    errors: list[BaseException] = []
-    for family, sockaddr in await _resolve(host, port):
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ssl_context is not None:
-            stream = SSLReadIntoIOStream(sock, ssl_options=ssl_context, **kwargs)
-        else:
-            stream = ReadIntoIOStream(sock, **kwargs)
-        try:
-            if isinstance(stream, SSLReadIntoIOStream):
-                await stream.connect(sockaddr, server_hostname=server_hostname or host)
-            else:
-                await stream.connect(sockaddr)
-        except (StreamClosedError, ssl.SSLError) as exc:
-            stream.close()
-            if _is_verification_error(exc):
-                real = getattr(exc, "real_error", None) or exc
-                raise HandshakeError(f"TLS handshake with {address} failed: {real}") from exc
-            errors.append(exc)
-            continue
-        except BaseException:
-            stream.close()
-            raise
-        return stream
-    if not errors:
-        raise OSError(errno.EADDRNOTAVAIL, f"{host!r} resolves to no address")
-    last = errors[-1]
-    real = getattr(last, "real_error", None) or last
-    raise CommClosedError(f"cannot connect to {address}: {type(real).__name__}: {real}") from last
-
-
 async def _connect_once(
     scheme: str,
     loc: str,
@@ -617,8 +437,8 @@ async def _connect_once(
 ) -> Comm:
     stream = await open_stream(scheme, loc, address, ssl_context=ssl_context, server_hostname=server_hostname)
     try:
-        local = _sockaddr_str(scheme, stream.socket.getsockname())
-        peer = address if scheme == "unix" else _sockaddr_str(scheme, stream.socket.getpeername())
+        local = sockaddr_to_address(f"{scheme}://", stream.socket.getsockname())
+        peer = address if scheme == "unix" else sockaddr_to_address(f"{scheme}://", stream.socket.getpeername())
         comm = Comm(stream, local, peer, **comm_kwargs)
     except BaseException:
         stream.close()
@@ -668,9 +488,9 @@ async def connect(
         speaks another protocol or version (not retried).
     """
     scheme, loc = parse_address(address)
-    _check_security(address, scheme, ssl_context, require_encryption, "connecting to")
+    _check_security(address, scheme, ssl_context, require_encryption)
     if scheme != "unix":
-        _parse_host_port(loc, address)  # fail now on a malformed address
+        parse_host_port(loc, address=address)  # fail now on a malformed address
     _check_comm_kwargs(kwargs)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -710,16 +530,10 @@ _COMM_KWARGS: Final = frozenset(inspect.signature(Comm.__init__).parameters) - {
 }
 
 
-def _check_security(
-    address: str, scheme: str, ssl_context: ssl.SSLContext | None, require_encryption: bool, doing: str
-) -> None:
-    """The one place where an address is checked against the TLS settings."""
-    if require_encryption and scheme != "tls":
-        raise ValueError(f"require_encryption=True refuses {address}: use a tls:// address")
-    if scheme == "tls" and ssl_context is None:
-        raise ValueError(f"{doing} {address} needs ssl_context=")
-    if scheme != "tls" and ssl_context is not None:
-        raise ValueError(f"ssl_context given for {address}; use a tls:// address")
+def _check_security(address: str, scheme: str, ssl_context: ssl.SSLContext | None, require_encryption: bool) -> None:
+    check_encryption(
+        address, tls=scheme == "tls", tls_scheme="tls", ssl_context=ssl_context, require_encryption=require_encryption
+    )
 
 
 def _check_comm_kwargs(kwargs: dict[str, Any]) -> None:
@@ -729,77 +543,6 @@ def _check_comm_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 # -- listening --------------------------------------------------------------------
-
-
-def _remove_stale_unix_socket(path: str) -> None:
-    """Remove ``path`` if it is a socket nobody listens on.
-
-    :raises FileExistsError: ``path`` exists and is not a socket.
-    :raises OSError: (``EADDRINUSE``) a live server listens on ``path``.
-    """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise FileExistsError(errno.EEXIST, f"{path} exists and is not a socket; not replacing it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.setblocking(False)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        os.unlink(path)  # stale: left behind by a process that died
-        return
-    except FileNotFoundError:
-        return
-    except BlockingIOError:
-        pass  # a live server with a full backlog
-    finally:
-        probe.close()
-    raise OSError(errno.EADDRINUSE, f"a server is already listening on unix socket {path}")
-
-
-def _bind_unix_socket(path: str, backlog: int = LISTEN_BACKLOG) -> tuple[socket.socket, tuple[int, int]]:
-    """Bind and listen on a Unix socket at ``path``, mode 0o600 from the
-    start; return it with the file's ``(st_dev, st_ino)``.
-
-    The socket is bound inside a fresh private (0o700) directory next to
-    ``path``, made 0o600 there and hard-linked into place (no window in which
-    another user could connect, and an existing ``path`` is never
-    clobbered).  If that directory's path is too long for ``sun_path``, the
-    socket is bound at ``path`` and chmod-ed right away.
-    """
-    _remove_stale_unix_socket(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        tmpdir = tempfile.mkdtemp(prefix=".trsock-", dir=os.path.dirname(os.path.abspath(path)))
-        try:
-            tmp_path = os.path.join(tmpdir, "s")
-            if len(os.fsencode(tmp_path)) < _UNIX_PATH_MAX:
-                sock.bind(tmp_path)
-                os.chmod(tmp_path, 0o600)
-                try:
-                    os.link(tmp_path, path)
-                except FileExistsError:
-                    raise OSError(errno.EADDRINUSE, f"{path} appeared while binding") from None
-                except OSError:
-                    os.rename(tmp_path, path)  # a filesystem without hard links
-            else:
-                sock.bind(path)
-                os.chmod(path, 0o600)
-        finally:
-            try:
-                os.unlink(os.path.join(tmpdir, "s"))
-            except FileNotFoundError:
-                pass
-            os.rmdir(tmpdir)
-        sock.setblocking(False)
-        sock.listen(backlog)
-        st = os.stat(path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock, (st.st_dev, st.st_ino)
 
 
 class Listener:
@@ -825,7 +568,7 @@ class Listener:
         **kwargs: Any,
     ) -> None:
         scheme, loc = parse_address(address)
-        _check_security(address, scheme, ssl_context, require_encryption, "listening on")
+        _check_security(address, scheme, ssl_context, require_encryption)
         _check_comm_kwargs(kwargs)
         self._scheme = scheme
         self._loc = loc
@@ -842,20 +585,15 @@ class Listener:
         self._handshaking: set[Comm] = set()
         self._tasks: set[asyncio.Future[None]] = set()
         if scheme != "unix":
-            self._host, self._port = _parse_host_port(loc, address, default_port=0)
+            self._host, self._port = parse_host_port(loc, default_port=0, address=address)
 
     async def _start(self) -> None:
         if self._scheme == "unix":
-            sock, self._unix_id = _bind_unix_socket(self._loc, self._backlog)
+            sock, self._unix_id = bind_unix_socket(self._loc, self._backlog)
             self._server.add_socket(sock)
             self._bound = self._loc
             return
-        sockets = bind_tcp_sockets(self._host, self._port, self._backlog)
-        for sock in sockets:
-            self._server.add_socket(sock)
-        # Prefer IPv4 when bound to both families (as dask does).
-        inet = [s for s in sockets if s.family == socket.AF_INET] or sockets
-        self._bound = inet[0].getsockname()[:2]
+        self._bound = listen_tcp(self._server, self._host, self._port, self._backlog)
 
     def stop(self) -> None:
         """Stop listening: close the listening sockets (and remove the Unix
@@ -867,12 +605,7 @@ class Listener:
         for comm in list(self._handshaking):
             comm.abort()
         if self._unix_id is not None:
-            try:
-                st = os.lstat(self._loc)
-                if (st.st_dev, st.st_ino) == self._unix_id:
-                    os.unlink(self._loc)
-            except OSError:
-                pass
+            unlink_unix_socket(self._loc, self._unix_id)
 
     @property
     def listen_address(self) -> str:
@@ -880,8 +613,7 @@ class Listener:
         when listening on port 0)."""
         if self._scheme == "unix":
             return f"unix://{self._loc}"
-        host, port = self._bound
-        return f"{self._scheme}://{_unparse_host_port(host, port)}"
+        return sockaddr_to_address(f"{self._scheme}://", self._bound)
 
     @property
     def contact_address(self) -> str:
@@ -890,11 +622,7 @@ class Listener:
         if self._scheme == "unix":
             return self.listen_address
         host, port = self._bound
-        if host == "0.0.0.0":
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        return f"{self._scheme}://{_unparse_host_port(host, port)}"
+        return sockaddr_to_address(f"{self._scheme}://", (contact_host(host), port))
 
     def __repr__(self) -> str:
         state = "stopped" if self._server.stopped else "listening"
@@ -909,11 +637,14 @@ class Listener:
 
     async def _on_stream(self, stream: ReadIntoIOStream, address: Any) -> None:
         scheme = self._scheme
-        peer = _sockaddr_str(scheme, address)
+        peer = sockaddr_to_address(f"{scheme}://", address)
         if stream.closed():
             logger.info("dropping connection from %s: closed before its handshake", peer)
             return
-        local = self.listen_address if scheme == "unix" else _sockaddr_str(scheme, stream.socket.getsockname())
+        if scheme == "unix":
+            local = self.listen_address
+        else:
+            local = sockaddr_to_address(f"{scheme}://", stream.socket.getsockname())
         comm = Comm(stream, local, peer, **self._comm_kwargs)
         self._handshaking.add(comm)
         try:

@@ -35,26 +35,26 @@ import inspect
 import logging
 import socket
 import ssl
-import sys
 import weakref
 from collections.abc import Awaitable, Generator
 from typing import Any, Callable, ClassVar, Final, NoReturn
 
 import dask
 from dask.utils import parse_timedelta
-from distributed.comm.addressing import parse_host_port, unparse_host_port
 from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector, FatalCommClosedError
 from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
 from distributed.utils import ensure_ip, get_ip
 from tornado.iostream import StreamClosedError
 
+from ._channel import WRITE_HIGH_WATER_NBYTES, FramedChannel
+from ._net import check_encryption, listen_tcp, open_stream, set_tcp_keepalive
+from .addressing import parse_host_port, sockaddr_to_address, unparse_host_port
 from .allocators import recycling_allocator
-from .comm import DEFAULT_HANDSHAKE_TIMEOUT, WRITE_HIGH_WATER_NBYTES, open_stream
 from .errors import FramingError, HandshakeError
 from .framed import FramedStream
 from .iostream import ReadIntoIOStream
-from .tcpserver import HandshakingTCPServer, bind_tcp_sockets
+from .tcpserver import DEFAULT_TLS_HANDSHAKE_TIMEOUT, HandshakingTCPServer
 
 __all__ = [
     "ReadIntoComm",
@@ -120,40 +120,30 @@ def convert_stream_closed_error(obj: Any, exc: BaseException) -> NoReturn:
     does not retry it); a `FramingError` (garbled data from the peer) reads
     "aborted stream on garbled data".
     """
+    raise _comm_closed_error(obj, exc) from exc
+
+
+def _comm_closed_error(obj: Any, exc: BaseException) -> CommClosedError:
     real = getattr(exc, "real_error", None)
     if isinstance(exc, HandshakeError) or isinstance(real or exc, ssl.SSLCertVerificationError):
-        raise FatalCommClosedError(
+        return FatalCommClosedError(
             f"in {obj}: TLS certificate verification failed ({real or exc}); check your security settings"
-        ) from exc
+        )
     if isinstance(exc, FramingError) or isinstance(real, FramingError):
-        raise CommClosedError(f"in {obj}: aborted stream on garbled data: {real or exc}") from exc
+        return CommClosedError(f"in {obj}: aborted stream on garbled data: {real or exc}")
     if real is not None:
-        raise CommClosedError(f"in {obj}: {type(real).__name__}: {real}") from exc
-    raise CommClosedError(f"in {obj}: {type(exc).__name__}: {exc}") from exc
+        return CommClosedError(f"in {obj}: {type(real).__name__}: {real}")
+    return CommClosedError(f"in {obj}: {type(exc).__name__}: {exc}")
+
+
+# Low-level errors that a comm read or write turns into CommClosedError.
+_CONNECTION_ERRORS: Final = (StreamClosedError, ssl.SSLError, FramingError)
 
 
 def _set_tcp_keepalive(sock: socket.socket) -> None:
     """Let the kernel notice a dead peer within ``distributed.comm.timeouts.tcp``
-    (30 s by default): keepalive probes on an idle connection, and
-    ``TCP_USER_TIMEOUT`` for unacknowledged data (Linux)."""
-    timeout = int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds"))
-    if timeout <= 0:
-        return
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        if hasattr(socket, "TCP_KEEPIDLE"):
-            # Half the budget idle, then 5 probes spread over the other half.
-            probes = 5
-            idle = max(1, timeout // 2)
-            interval = max(1, (timeout - idle) // probes)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, probes)
-        if sys.platform.startswith("linux"):
-            # socket.TCP_USER_TIMEOUT needs Python 3.12; the value is 18 since Linux 2.6.37.
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", 18), timeout * 1000)
-    except OSError as exc:
-        logger.debug("could not set TCP keepalive on %r: %s", sock, exc)
+    (30 s by default); see `tornado_readinto._net.set_tcp_keepalive`."""
+    set_tcp_keepalive(sock, int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds")))
 
 
 def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
@@ -162,7 +152,7 @@ def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
         stream.close()
 
 
-class ReadIntoComm(Comm):
+class ReadIntoComm(FramedChannel, Comm):
     """A ``distributed.comm.core.Comm`` over a `FramedStream`.
 
     :arg stream: the connected stream; the comm owns it.
@@ -214,9 +204,6 @@ class ReadIntoComm(Comm):
         ``stream`` code written for it reaches for)."""
         return None if self._closed else self._stream
 
-    def closed(self) -> bool:
-        return self._closed or self._stream.closed()
-
     async def read(self, deserializers: Any = None) -> Any:
         """Receive one message: one `FramedStream.read_frames` (frames land in
         their own buffers), then distributed's ``from_frames``.
@@ -228,14 +215,8 @@ class ReadIntoComm(Comm):
             raise CommClosedError(f"read on closed {self!r}")
         try:
             frames = await self._framed.read_frames()
-        except (StreamClosedError, ssl.SSLError, FramingError) as exc:
-            self.abort()
-            convert_stream_closed_error(self, exc)
-        except BaseException:
-            # An OSError, a cancellation…: what was consumed of the message is
-            # unknown, so the stream cannot be trusted any more.
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "read")
         try:
             return await from_frames(
                 frames,
@@ -271,13 +252,8 @@ class ReadIntoComm(Comm):
         )
         try:
             return await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
-        except StreamClosedError as exc:
-            self.abort()
-            convert_stream_closed_error(self, exc)
-        except BaseException:
-            # What was sent is unknown: the stream cannot be trusted any more.
-            self.abort()
-            raise
+        except BaseException as exc:
+            self._fail(exc, "write")
 
     def close(self) -> Awaitable[None]:  # type: ignore[override]
         """Send what is still queued, then close (idempotent).
@@ -286,33 +262,22 @@ class ReadIntoComm(Comm):
         the comm is marked closed, and closed at once if nothing is queued,
         even if the result is never awaited.
         """
-        stream = self._stream
-        if self._closed or stream.closed() or not stream.writing():
-            self.abort()
-            return _ALREADY_DONE
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # no loop to flush on (e.g. a finalizer at exit)
             self.abort()
             return _ALREADY_DONE
-        self._closed = True
-        return asyncio.ensure_future(self._flush_and_close(stream))
+        flushing = self._begin_close()
+        return _ALREADY_DONE if flushing is None else asyncio.ensure_future(flushing)
 
-    async def _flush_and_close(self, stream: ReadIntoIOStream) -> None:
-        try:
-            await stream.write(b"")
-        except StreamClosedError:
-            pass
-        finally:
-            self._finalizer.detach()
-            stream.close()
+    def _release(self) -> None:
+        self._finalizer.detach()
+        self._stream.close()
 
-    def abort(self) -> None:
-        """Close at once, dropping what is still queued (idempotent)."""
-        self._closed = True
-        if not self._stream.closed():
-            self._finalizer.detach()
-            self._stream.close()
+    def _closed_error(self, exc: BaseException, doing: str) -> BaseException | None:
+        # What FramedChannel._fail raises: CommClosedError for a broken
+        # connection or garbled data; anything else (a cancellation…) as it is.
+        return _comm_closed_error(self, exc) if isinstance(exc, _CONNECTION_ERRORS) else None
 
 
 class ReadIntoTLSComm(ReadIntoComm):
@@ -338,25 +303,28 @@ class _Done:
 _ALREADY_DONE: Final = _Done()
 
 
-def _expect_ssl_context(connection_args: dict[str, Any]) -> ssl.SSLContext:
-    ctx = connection_args.get("ssl_context")
-    if not isinstance(ctx, ssl.SSLContext):
-        raise TypeError(
-            f"readinto-tls:// needs an ssl_context argument of type ssl.SSLContext (check your TLS "
-            f"configuration, e.g. distributed.security.Security), got {ctx!r}"
-        )
-    return ctx
-
-
 class _EncryptionCheck:
     prefix: ClassVar[str]
     encrypted: ClassVar[bool]
 
-    def _check_encryption(self, address: str, connection_args: dict[str, Any]) -> None:
-        if not self.encrypted and connection_args.get("require_encryption"):
-            raise RuntimeError(
-                f"encryption required by Dask configuration, refusing communication from/to {self.prefix + address!r}"
-            )
+    def _check_encryption(self, address: str, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
+        """Check the connection args against this scheme, raising
+        distributed's errors (``RuntimeError`` when encryption is required,
+        ``TypeError`` without an ``ssl.SSLContext`` for TLS); return the TLS
+        context, or None for plain TCP (which ignores a context it is given:
+        ``Security`` hands one to every scheme)."""
+        ssl_context = connection_args.get("ssl_context")
+        check_encryption(
+            self.prefix + address,
+            tls=self.encrypted,
+            tls_scheme="readinto-tls",
+            ssl_context=ssl_context,
+            require_encryption=bool(connection_args.get("require_encryption")),
+            refuse_unused_context=False,
+            encryption_error=RuntimeError,
+            context_error=TypeError,
+        )
+        return ssl_context if self.encrypted else None
 
 
 class ReadIntoTCPConnector(Connector, _EncryptionCheck):
@@ -369,32 +337,27 @@ class ReadIntoTCPConnector(Connector, _EncryptionCheck):
     comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoComm
     encrypted: ClassVar[bool] = False
 
-    def _ssl_args(self, connection_args: dict[str, Any]) -> tuple[ssl.SSLContext | None, str | None]:
-        return None, None
-
     async def connect(self, address: str, deserialize: bool = True, **connection_args: Any) -> ReadIntoComm:
         """One connection attempt (distributed's ``connect`` retries).
 
         :raises CommClosedError: the connection failed.
         :raises FatalCommClosedError: the peer's TLS certificate was refused.
         """
-        self._check_encryption(address, connection_args)
+        ssl_context = self._check_encryption(address, connection_args)
         ip, port = parse_host_port(address)
-        ssl_context, server_hostname = self._ssl_args(connection_args)
-        scheme = "tcp" if ssl_context is None else "tls"
         try:
             stream = await open_stream(
-                scheme,
+                "tcp" if ssl_context is None else "tls",
                 unparse_host_port(ip, port),
                 self.prefix + address,
                 ssl_context=ssl_context,
-                server_hostname=server_hostname or ip,
+                server_hostname=connection_args.get("server_hostname") or ip,
                 stream_kwargs=stream_kwargs(),
             )
         except (OSError, ssl.SSLError) as exc:  # StreamClosedError, HandshakeError, ours
             convert_stream_closed_error(self, exc)
         try:
-            local_address = self.prefix + unparse_host_port(*stream.socket.getsockname()[:2])
+            local_address = sockaddr_to_address(self.prefix, stream.socket.getsockname())
             return self.comm_class(stream, local_address, self.prefix + address, deserialize)
         except OSError as exc:
             stream.close()
@@ -411,9 +374,6 @@ class ReadIntoTLSConnector(ReadIntoTCPConnector):
     prefix: ClassVar[str] = "readinto-tls://"
     comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
     encrypted: ClassVar[bool] = True
-
-    def _ssl_args(self, connection_args: dict[str, Any]) -> tuple[ssl.SSLContext | None, str | None]:
-        return _expect_ssl_context(connection_args), connection_args.get("server_hostname")
 
 
 class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
@@ -438,18 +398,14 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
         **connection_args: Any,
     ) -> None:
         super().__init__()
-        self._check_encryption(address, connection_args)
+        self._ssl_context = self._check_encryption(address, connection_args)
         self.ip, self.port = parse_host_port(address, default_port)
         self.default_host = default_host
         self.comm_handler = comm_handler
         self.deserialize = deserialize
         self.allow_offload = allow_offload
-        self._ssl_context = self._get_ssl_context(connection_args)
         self._server: HandshakingTCPServer | None = None
         self.bound_address: tuple[str, int] | None = None
-
-    def _get_ssl_context(self, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
-        return None
 
     async def start(self) -> None:
         """Bind (port 0: an ephemeral port) and start accepting."""
@@ -457,17 +413,11 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
         server = HandshakingTCPServer(
             self._handle_stream,
             ssl_context=self._ssl_context,
-            tls_handshake_timeout=timeout or DEFAULT_HANDSHAKE_TIMEOUT,
+            tls_handshake_timeout=timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT,
             stream_kwargs=stream_kwargs(),
         )
         backlog = int(dask.config.get("distributed.comm.socket-backlog"))
-        sockets = bind_tcp_sockets(self.ip, self.port, backlog)
-        for sock in sockets:
-            server.add_socket(sock)
-        # Prefer IPv4 when bound to both families, as distributed does.
-        inet = [s for s in sockets if s.family == socket.AF_INET] or sockets
-        host, port = inet[0].getsockname()[:2]
-        self.bound_address = (host, port)
+        self.bound_address = listen_tcp(server, self.ip, self.port, backlog)
         self._server = server
 
     def stop(self) -> None:
@@ -500,9 +450,9 @@ class ReadIntoTCPListener(BaseListener, _EncryptionCheck):
             # stopped after accepting: nobody would close this comm
             stream.close()
             return
-        peer = self.prefix + unparse_host_port(*address[:2])
+        peer = sockaddr_to_address(self.prefix, address)
         try:
-            local = self.prefix + unparse_host_port(*stream.socket.getsockname()[:2])
+            local = sockaddr_to_address(self.prefix, stream.socket.getsockname())
         except OSError:
             stream.close()
             return
@@ -529,9 +479,6 @@ class ReadIntoTLSListener(ReadIntoTCPListener):
     prefix: ClassVar[str] = "readinto-tls://"
     comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
     encrypted: ClassVar[bool] = True
-
-    def _get_ssl_context(self, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
-        return _expect_ssl_context(connection_args)
 
 
 class _ReadIntoBackend(Backend):

@@ -17,7 +17,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-import msgpack
+try:
+    import msgpack
+except ImportError as exc:  # an optional dependency since 0.1: the "comm" extra
+    raise ImportError(
+        f"tornado_readinto.comm needs msgpack ({exc}); install it with: pip install 'tornado_readinto[comm]'"
+    ) from exc
 
 from .allocators import _get_numpy
 from .errors import FramingError
@@ -66,6 +71,11 @@ _MAX_NDIM: Final = 64  # numpy's NPY_MAXDIMS (32 before numpy 2)
 
 def _packb(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _unpackb(data: Any) -> Any:
+    """Plain msgpack (no placeholders), e.g. the comm handshake."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
 def _nbytes(buf: Any) -> int:

@@ -24,9 +24,9 @@ from typing import Any, Callable
 from tornado import gen
 from tornado.ioloop import IOLoop
 from tornado.log import app_log
-from tornado.netutil import bind_sockets
 from tornado.util import errno_from_exception
 
+from ._net import bind_tcp_sockets  # noqa: F401 - re-exported (it lived here)
 from ._tornado_compat import TCPServer, ssl_wrap_socket
 from .iostream import ReadIntoIOStream, SSLReadIntoIOStream
 
@@ -36,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a `HandshakingTCPServer` connection may spend in its TLS handshake.
 DEFAULT_TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds (distributed's connect timeout is of this order)
-
-_BIND_ATTEMPTS = 5
 
 
 class ReadIntoTCPServer(TCPServer):
@@ -117,24 +115,6 @@ class ReadIntoTCPServer(TCPServer):
                 IOLoop.current().add_future(gen.convert_yielded(future), lambda f: f.result())
         except Exception:
             app_log.error("Error in connection callback", exc_info=True)
-
-
-def bind_tcp_sockets(host: str, port: int, backlog: int = 128) -> list[socket.socket]:
-    """`tornado.netutil.bind_sockets` for ``host:port`` (all interfaces for
-    ``""``), retried when an ephemeral port 0 races with another bind.
-
-    Tornado binds IPv4 and IPv6 to the same ephemeral port; now and then the
-    port it got for one family is taken in the other (``EADDRINUSE``).
-
-    :raises OSError: the address cannot be bound.
-    """
-    for attempt in range(_BIND_ATTEMPTS):
-        try:
-            return bind_sockets(port, address=host or None, backlog=backlog)
-        except OSError as exc:
-            if port != 0 or exc.errno != errno.EADDRINUSE or attempt == _BIND_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
 
 
 class HandshakingTCPServer(ReadIntoTCPServer):

@@ -1,0 +1,187 @@
+"""Build the sdist and the wheel, check them, and prove the wheel works alone.
+
+Run by ``tox -e package`` (or ``python .ci/check_package.py`` with ``build``
+and ``twine`` installed).  In a temporary directory, outside the checkout:
+
+1. ``python -m build``: the sdist, then the wheel built from the sdist (so a
+   file missing from the sdist breaks the wheel build);
+2. ``twine check --strict`` on both;
+3. the sdist holds the package, ``py.typed``, README, the tests and the
+   benchmarks; the wheel holds the package and ``py.typed`` only, its
+   version is ``tornado_readinto.__version__`` and its only unconditional
+   requirement is Tornado (msgpack comes with the ``comm`` extra);
+4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works, and
+   ``tornado_readinto.comm`` raises the ImportError that names the extra;
+5. the same venv gets ``distributed``: it finds the ``readinto`` and
+   ``readinto-tls`` backends through the entry point, and a ``readinto://``
+   message goes through.
+
+Needs a package index for Tornado and distributed (pip's usual settings).
+Exits non-zero with the failing step on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import venv
+import zipfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# Checked in the fresh venv, run from a directory outside the checkout.
+WHEEL_ALONE = """
+import sys, tornado_readinto
+assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
+assert tornado_readinto.__version__ == {version!r}, tornado_readinto.__version__
+from tornado_readinto import FramedStream, ReadIntoIOStream  # no msgpack needed
+try:
+    import msgpack
+except ImportError:
+    pass
+else:
+    raise SystemExit("msgpack came with the wheel alone")
+try:
+    import tornado_readinto.comm
+except ImportError as exc:
+    assert "pip install 'tornado_readinto[comm]'" in str(exc), exc
+else:
+    raise SystemExit("tornado_readinto.comm imported without msgpack")
+print("wheel alone: ok")
+"""
+
+#: One message through a ``readinto://`` listener and connector, with
+#: distributed's own ``connect``/``listen`` (tests/test_optional_deps.py runs
+#: it too).
+DASK_EXCHANGE = """
+import asyncio
+from distributed.comm import connect, listen
+
+async def main():
+    async def echo(comm):
+        await comm.write(await comm.read())
+        await comm.close()
+    async with listen("readinto://127.0.0.1:0", echo) as listener:
+        comm = await connect(listener.contact_address, timeout=10)
+        await comm.write({"ping": b"x" * 100_000})
+        assert await comm.read() == {"ping": b"x" * 100_000}
+        await comm.close()
+
+asyncio.run(main())
+"""
+
+WITH_DISTRIBUTED = (
+    """
+import sys
+from distributed.comm.registry import get_backend
+import tornado_readinto
+assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
+backends = {name: type(get_backend(name)).__name__ for name in ("readinto", "readinto-tls")}
+assert backends == {"readinto": "ReadIntoTCPBackend", "readinto-tls": "ReadIntoTLSBackend"}, backends
+"""
+    + DASK_EXCHANGE
+    + """
+print("entry point and readinto:// exchange: ok", backends)
+"""
+)
+
+
+def step(title: str) -> None:
+    print(f"--- {title}", flush=True)
+
+
+def run(cmd: list[str], cwd: pathlib.Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
+    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+
+
+def source_version() -> str:
+    """``__version__`` from tornado_readinto/__init__.py, read without importing it."""
+    tree = ast.parse((ROOT / "tornado_readinto" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
+            return str(ast.literal_eval(node.value))
+    raise SystemExit("no __version__ in tornado_readinto/__init__.py")
+
+
+def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> None:
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    wanted = [
+        "README.rst",
+        "setup.cfg",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "tox.ini",
+        "tornado_readinto/__init__.py",
+        "tornado_readinto/py.typed",
+        "tests/conftest.py",
+        "tests/test_comm.py",
+        "benchmarks/__init__.py",
+    ]
+    missing = [name for name in wanted if name not in names]
+    junk = sorted(name for name in names if "__pycache__" in name or name.endswith(".pyc"))
+    if missing or junk:
+        raise SystemExit(f"sdist: missing {missing}, junk {junk}")
+    with zipfile.ZipFile(wheel) as whl:
+        files = whl.namelist()
+        metadata = whl.read(f"tornado_readinto-{version}.dist-info/METADATA").decode()
+        entry_points = whl.read(f"tornado_readinto-{version}.dist-info/entry_points.txt").decode()
+    outside = sorted({f.split("/")[0] for f in files} - {"tornado_readinto", f"tornado_readinto-{version}.dist-info"})
+    if outside or "tornado_readinto/py.typed" not in files:
+        raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
+    headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]
+    if ["Version", version] not in headers:
+        raise SystemExit(f"wheel: METADATA version is not {version}")
+    required = [value for key, value in headers if key == "Requires-Dist" and "extra ==" not in value]
+    if required != ["tornado>=6.5"]:
+        raise SystemExit(f"wheel: unconditional requirements {required}, expected only tornado>=6.5")
+    if ["Provides-Extra", "comm"] not in headers:
+        raise SystemExit("wheel: no 'comm' extra")
+    if "readinto = tornado_readinto.dask_backend:ReadIntoTCPBackend" not in entry_points:
+        raise SystemExit(f"wheel: no readinto entry point in\n{entry_points}")
+    print(f"contents: sdist {len(names)} files, wheel {len(files)} files, version {version}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory and say where it is")
+    args = parser.parse_args()
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="tornado-readinto-package-"))
+    try:
+        dist = tmp / "dist"
+        step("build sdist and wheel")
+        run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=tmp)
+        (sdist,) = dist.glob("*.tar.gz")
+        (wheel,) = dist.glob("*.whl")
+        step("twine check")
+        run([sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)], cwd=tmp)
+        step("contents")
+        version = source_version()
+        check_contents(sdist, wheel, version)
+        step("fresh venv: the wheel alone")
+        env_dir = tmp / "venv"
+        venv.create(env_dir, with_pip=True)
+        python = str(env_dir / ("Scripts" if os.name == "nt" else "bin") / "python")
+        run([python, "-m", "pip", "install", "-q", str(wheel)], cwd=tmp)
+        run([python, "-c", WHEEL_ALONE.format(version=version)], cwd=tmp)
+        step("fresh venv: + distributed")
+        run([python, "-m", "pip", "install", "-q", "distributed"], cwd=tmp)
+        run([python, "-c", WITH_DISTRIBUTED], cwd=tmp)
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("package: ok")
+
+
+if __name__ == "__main__":
+    main()
