@@ -5,6 +5,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks.dask --workload rpc,chain --repeat 7 --json dask.json --plot dask.png
     python -m benchmarks.dask --pair tls --workload rpc,transfer
     python -m benchmarks.dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
+    python -m benchmarks.dask --workload busy-worker --repeat 7                 # a worker whose threads hold the GIL
 
 (run it as a module from the repository root: ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
@@ -16,6 +17,10 @@ this process, as ``LocalCluster``'s always does, next to the client.  For
 each workload: its data is prepared on both clusters (untimed), one warm-up
 repetition runs on each, then the protocols alternate repetition by
 repetition (A B B A A B...), so that a drift of the machine hits both alike.
+The ``busy-worker`` workload starts a fresh cluster of one worker process
+with two threads for every repetition instead (same alternation): both
+threads run a pure-Python busy task while the client makes direct RPCs to
+that worker and then fetches an array from it.
 The table shows the median and the min-max spread of the repeats, and the
 ratio of readinto's median to its baseline's (>1: readinto is faster).
 
@@ -68,7 +73,8 @@ def format_gbps(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-#: Workload name -> what one repetition reports.
+#: Table row (``DaskResult.workload``) -> what one repetition reports.  Most
+#: workloads report one row of their own name; see `ROWS`.
 METRICS: dict[str, Metric] = {
     "rpc": Metric("RPC/s", True, format_rate),
     "tasks": Metric("tasks/s", True, format_rate),
@@ -77,11 +83,26 @@ METRICS: dict[str, Metric] = {
     "full": Metric("s", False, format_seconds),
     "rechunk": Metric("s", False, format_seconds),
     "shuffle": Metric("s", False, format_seconds),
+    "busy-worker-rpc": Metric("RPC/s", True, format_rate),
+    "busy-worker-fetch": Metric("s per fetch", False, format_seconds),
 }
-WORKLOADS = tuple(METRICS)
 
-#: The workloads each pair runs (the TLS pair: the RPC and transfer cases).
-PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "transfer")}
+#: ``--workload`` names -> their table rows.
+ROWS: dict[str, tuple[str, ...]] = {
+    **{name: (name,) for name in ("rpc", "tasks", "chain", "transfer", "full", "rechunk", "shuffle")},
+    "busy-worker": ("busy-worker-rpc", "busy-worker-fetch"),
+}
+WORKLOADS = tuple(ROWS)
+
+#: Workloads that start a fresh cluster for every repetition (the others
+#: share one cluster per protocol).
+FRESH_CLUSTER_WORKLOADS = ("busy-worker",)
+
+#: The workloads each pair runs (the TLS pair: the RPC, transfer and busy-worker cases).
+PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "transfer", "busy-worker")}
+
+#: The busy-worker cluster: one worker process, both of its threads busy.
+BUSY_WORKER_THREADS = 2
 
 
 class VerificationError(AssertionError):
@@ -568,21 +589,23 @@ def make_security(directory: str) -> Any:
 
 
 @contextlib.contextmanager
-def open_side(protocol: str, security: Any, args: argparse.Namespace) -> Iterator[Side]:
+def open_side(
+    protocol: str, security: Any, args: argparse.Namespace, n_workers: int = 2, threads_per_worker: int = 1
+) -> Iterator[Side]:
     from distributed import Client, LocalCluster
 
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
     with LocalCluster(
         protocol=f"{protocol}://",
-        n_workers=2,
-        threads_per_worker=1,
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
         processes=True,
         host="127.0.0.1",
         dashboard_address=":0",  # None would mean the default port 8787
         worker_dashboard_address=None,
         **kwargs,
     ) as cluster, Client(cluster, timeout="60s", **kwargs) as client:  # fmt: skip
-        client.wait_for_workers(2, timeout=120)
+        client.wait_for_workers(n_workers, timeout=120)
         workers = sorted(client.scheduler_info()["workers"])
         check(all(w.startswith(f"{protocol}://") for w in workers), f"workers not on {protocol}://: {workers}")
         check(client.scheduler.address.startswith(f"{protocol}://"), f"scheduler at {client.scheduler.address}")
@@ -640,6 +663,106 @@ def run_workload(
     return results
 
 
+def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s:.0f}s")
+        time.sleep(0.01)
+
+
+def rep_busy_worker(side: Side, args: argparse.Namespace, fill: int) -> dict[str, dict[str, Any]]:
+    """One repetition on a fresh one-worker cluster: both worker threads
+    spin in pure Python while the client makes ``--busy-rpc`` direct RPCs
+    to the worker (``identity``), then fetches the ``--busy-size`` array
+    made there before the spinners started; one result per row."""
+    from distributed import wait
+
+    from benchmarks import dask_busy
+
+    client, (worker,) = side.client, side.workers
+    n = args.busy_size // 8
+    array = client.submit(make_array, fill, n * 8, workers=[worker], allow_other_workers=False, pure=False)
+    wait([array], timeout=args.timeout)
+
+    async def identity() -> Any:
+        return await client.rpc(worker).identity()
+
+    client.sync(identity)  # untimed: opens the client's pooled connection to the worker
+    spinners = [
+        client.submit(dask_busy.spin, args.timeout, workers=[worker], allow_other_workers=False, pure=False)
+        for _ in range(BUSY_WORKER_THREADS)
+    ]
+    try:
+        _wait_until(
+            lambda: client.run(dask_busy.spinning, workers=[worker])[worker] == BUSY_WORKER_THREADS,
+            args.timeout,
+            "the spinners did not start",
+        )
+
+        async def rpcs(count: int) -> tuple[float, Any]:
+            started = time.perf_counter()
+            answer = None
+            for _ in range(count):
+                answer = await client.rpc(worker).identity()
+            return time.perf_counter() - started, answer
+
+        rpc_s, answer = client.sync(rpcs, args.busy_rpc)
+        started = time.perf_counter()
+        data = client.gather(array, direct=True)
+        fetch_s = time.perf_counter() - started
+    finally:
+        client.run(dask_busy.stop_spinning, workers=[worker])
+    spun = client.gather(spinners)
+    check(answer is not None and answer["type"] == "Worker", f"not a worker identity: {answer!r}")
+    check(answer["scheduler"] == side.cluster.scheduler_address, f"wrong scheduler: {answer['scheduler']}")
+    check(answer["nthreads"] == BUSY_WORKER_THREADS, f"the worker has {answer['nthreads']} threads")
+    check(data.shape == (n,) and float(data.sum()) == float(fill) * n, f"array: shape {data.shape}, sum {data.sum()}")
+    check(all(s["stopped"] for s in spun), f"a spinner stopped at its deadline, before the measurements ended: {spun}")
+    spinners_extra = {"spinner_rounds": [s["rounds"] for s in spun], "spinner_s": [s["spun_s"] for s in spun]}
+    return {
+        "busy-worker-rpc": {"value": args.busy_rpc / rpc_s, "elapsed_s": rpc_s, "count": args.busy_rpc,
+                            **spinners_extra},
+        "busy-worker-fetch": {"value": fetch_s, "nbytes": data.nbytes, "gbps": data.nbytes / fetch_s / GB,
+                              **spinners_extra},
+    }  # fmt: skip
+
+
+def run_busy_worker(
+    protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[DaskResult]:
+    """The busy-worker workload: a fresh ``LocalCluster(n_workers=1,
+    threads_per_worker=2)`` per repetition, the protocols alternating."""
+    baseline = protocols[0]
+    rows = ROWS["busy-worker"]
+    results = {(row, p): DaskResult(row, p, baseline) for p in protocols for row in rows}
+    failed: set[int] = set()
+    plan = [(-1 - w, s) for w in range(args.warmup) for s in (0, 1)] + alternation(args.repeat)
+    for n, (rep, i) in enumerate(plan, 1):
+        if i in failed:
+            continue
+        protocol, started = protocols[i], time.perf_counter()
+        try:
+            with open_side(protocol, security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS) as side:
+                measured = rep_busy_worker(side, args, fill=n)
+        except Exception as exc:  # noqa: BLE001 - recorded, fails the run
+            failed.add(i)
+            for row in rows:
+                results[row, protocol].error = f"{type(exc).__name__}: {exc}"
+            progress(f"busy-worker {protocol}: FAILED {type(exc).__name__}: {exc}")
+            continue
+        if rep >= 0:
+            for row in rows:
+                results[row, protocol].repeats.append(measured[row])
+        label = f"rep {rep + 1}/{args.repeat}" if rep >= 0 else "warm-up"
+        rpc, fetch = (measured[row]["value"] for row in rows)
+        figures = f"{format_rate(rpc)} RPC/s, fetch {format_seconds(fetch)}"
+        progress(
+            f"[{n}/{len(plan)}] busy-worker {protocol:<12} {label:<10} {figures} ({time.perf_counter() - started:.1f}s)"
+        )
+    return [results[row, p] for row in rows for p in protocols]
+
+
 # -- command line ---------------------------------------------------------------------------------
 
 
@@ -651,38 +774,77 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.dask", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", type=_csv(_workload_name), default=list(WORKLOADS),
-                   help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer)")
-    p.add_argument("--pair", type=_csv(_pair_name), default=list(PAIRS),
-                   help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both")
+    p.add_argument(
+        "--workload",
+        type=_csv(_workload_name),
+        default=list(WORKLOADS),
+        help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer,busy-worker)",
+    )
+    p.add_argument(
+        "--pair",
+        type=_csv(_pair_name),
+        default=list(PAIRS),
+        help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both",
+    )
     p.add_argument("--repeat", type=_positive_int, default=5, help="timed repeats per protocol (default: 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
     p.add_argument("--rpc", type=_positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")
     p.add_argument("--tasks", type=_positive_int, default=20_000, help="trivial tasks per repeat (default: 20000)")
     p.add_argument("--chain", type=_positive_int, default=1000, help="tasks in the dependent chain (default: 1000)")
-    p.add_argument("--transfer-size", type=parse_size, default=parse_size("64MiB"),
-                   help="bytes per transferred array (default: 64MiB)")
+    p.add_argument(
+        "--transfer-size",
+        type=parse_size,
+        default=parse_size("64MiB"),
+        help="bytes per transferred array (default: 64MiB)",
+    )
     p.add_argument("--transfer-count", type=_positive_int, default=8, help="arrays per repeat (default: 8)")
-    p.add_argument("--full-size", type=parse_size, default=parse_size("1GiB"),
-                   help="the (x + x.T).sum() array, about (default: 1GiB)")
-    p.add_argument("--full-chunk", type=parse_size, default=parse_size("64MiB"),
-                   help="its chunks, about (default: 64MiB)")
-    p.add_argument("--rechunk-size", type=parse_size, default=parse_size("256MiB"),
-                   help="the P2P-rechunked array, about (default: 256MiB)")
+    p.add_argument(
+        "--full-size",
+        type=parse_size,
+        default=parse_size("1GiB"),
+        help="the (x + x.T).sum() array, about (default: 1GiB)",
+    )
+    p.add_argument(
+        "--full-chunk", type=parse_size, default=parse_size("64MiB"), help="its chunks, about (default: 64MiB)"
+    )
+    p.add_argument(
+        "--rechunk-size",
+        type=parse_size,
+        default=parse_size("256MiB"),
+        help="the P2P-rechunked array, about (default: 256MiB)",
+    )
     p.add_argument("--shuffle-rows", type=_positive_int, default=2_000_000, help="rows shuffled (default: 2000000)")
     p.add_argument("--shuffle-partitions", type=_positive_int, default=16, help="partitions (default: 16)")
-    p.add_argument("--event-loop", choices=("asyncio", "tornado", "uvloop"), default="tornado",
-                   help="distributed.admin.event-loop for every process (default: tornado, dask's default)")
-    p.add_argument("--busy-poll", metavar="DURATION",
-                   help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us"
-                        " (default: the package's)")
+    p.add_argument(
+        "--busy-rpc",
+        type=_positive_int,
+        default=100,
+        help="busy-worker: direct RPCs to the busy worker per repeat (default: 100)",
+    )
+    p.add_argument(
+        "--busy-size",
+        type=parse_size,
+        default=parse_size("64MiB"),
+        help="busy-worker: bytes of the array fetched from it (default: 64MiB)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=("asyncio", "tornado", "uvloop"),
+        default="tornado",
+        help="distributed.admin.event-loop for every process (default: tornado, dask's default)",
+    )
+    p.add_argument(
+        "--busy-poll",
+        metavar="DURATION",
+        help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us (default: the package's)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
     p.add_argument("--json", metavar="PATH", help="write all results as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
     args = p.parse_args(argv)  # fmt: skip
     if args.warmup < 0:
         p.error("--warmup must be >= 0")
-    if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64:
+    if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
         p.error("sizes too small")
     return args
 
@@ -711,7 +873,10 @@ def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                 "full_chunk": format_size(args.full_chunk),
                 "rechunk": format_size(args.rechunk_size),
                 "shuffle_rows": args.shuffle_rows,
+                "busy_rpc": args.busy_rpc,
+                "busy_size": format_size(args.busy_size),
             },
+            "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
         }
     )
     return meta
@@ -740,16 +905,22 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskR
             for workload in workloads:
                 reason = shuffle_unavailable() if workload == "shuffle" else None
                 if reason is not None:
-                    results += [DaskResult(workload, p, baseline, skipped=reason) for p in (baseline, readinto)]
+                    results += [
+                        DaskResult(row, p, baseline, skipped=reason)
+                        for row in ROWS[workload]
+                        for p in (baseline, readinto)
+                    ]
                 else:
                     runnable.append(workload)
-            if not runnable:
-                continue
-            started = time.perf_counter()
-            with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
-                progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
-                for workload in runnable:
-                    results += run_workload(workload, (a, b), baseline, args, progress)
+            shared = [w for w in runnable if w not in FRESH_CLUSTER_WORKLOADS]
+            if shared:
+                started = time.perf_counter()
+                with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
+                    progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
+                    for workload in shared:
+                        results += run_workload(workload, (a, b), baseline, args, progress)
+            if "busy-worker" in runnable:  # after the shared clusters are gone
+                results += run_busy_worker((baseline, readinto), security, args, progress)
     return results
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/echo.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # The root instead of the script's directory, whose dask.py would shadow the dask package.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.impls import DEFAULT_IMPLS, IMPLS, availability  # noqa: E402
 from benchmarks.report import (  # noqa: E402

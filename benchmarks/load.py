@@ -3,6 +3,7 @@
     python -m benchmarks.load                        # 64 connections, 1 KiB, all servers, both loops
     python -m benchmarks.load --full --json load.json --plot load.png
     python -m benchmarks.load --server readinto,asyncio-streams --rate 200
+    python -m benchmarks.load --gil-thread --clients 8,64  # a GIL-holding thread in each server
     python -m benchmarks.load --list
 
 Each case (server x event loop x connections x message size x rate) runs one
@@ -11,8 +12,12 @@ one fresh, cheap client process (``python -m benchmarks.impls load-client``):
 an asyncio/uvloop ``BufferedProtocol`` per connection, no coroutine per
 message, each connection ping-ponging one message as fast as it can (or
 ``--rate`` per second).  At every window boundary the client reads the
-server's CPU time from ``/proc/<pid>/stat`` and its own; the main metric is
-the server's CPU microseconds per echoed message.  Every echo is checked
+server's CPU time from ``/proc/<pid>/stat``, that of the server's event-loop
+thread from ``/proc/<pid>/task/<tid>/schedstat``, and its own; the main metric is
+the loop thread's CPU microseconds per echoed message.  ``--gil-thread``
+runs, beside each server's event loop, a thread that holds the GIL (as a
+dask worker's task thread running pure Python does); the loop thread's CPU
+leaves that thread out.  Every echo is checked
 (header, sequence stamp), the first and last of each connection byte for
 byte, and the server's message count against the client's; a failed check
 fails the case and makes the exit status non-zero.  See benchmarks/README.rst.
@@ -31,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/load.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # The root instead of the script's directory, whose dask.py would shadow the dask package.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks.echo import (  # noqa: E402
     STARTUP_TIMEOUT_S,
@@ -69,17 +75,24 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
     "comm": ("comm-readinto", "comm"),
     "asyncio-streams": ("asyncio-streams", "framed"),
     "asyncio-protocol": ("asyncio-protocol", "framed"),
+    "asyncio-streams-3reads": ("asyncio-streams-3reads", "framed"),
+    "asyncio-protocol-exact": ("asyncio-protocol-exact", "framed"),
 }
 
-#: The ratio columns: server CPU per message relative to these servers, same
-#: loop and same case.
+#: The ratio columns: loop-thread CPU per message relative to these servers,
+#: same loop and same case (GIL thread or not included).
 BASELINES = ("asyncio-streams", "stock")
+
+#: The server whose msgs/s the ``msgs/s x stock`` column divides by.
+THROUGHPUT_BASELINE = "stock"
 
 #: Metrics stored per repeat (see ``impls._loadclient.window_metrics``).
 METRICS = (
     "msgs_per_s",
+    "loop_cpu_us_per_msg",
     "server_cpu_us_per_msg",
     "client_cpu_us_per_msg",
+    "loop_cpu_pct",
     "server_cpu_pct",
     "client_cpu_pct",
     "p50_s",
@@ -87,6 +100,10 @@ METRICS = (
 )
 
 DEFAULT_CLIENTS = (64,)
+#: ``--clients`` default with ``--gil-thread``.
+GIL_THREAD_CLIENTS = (8, 64)
+#: ``--gil-thread`` values -> the conditions run (False: without the thread).
+GIL_THREAD_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 FULL_CLIENTS = (1, 16, 64, 256)
 DEFAULT_MSIZE = "1KiB"
 
@@ -111,6 +128,7 @@ class LoadCase:
     clients: int
     msize: int
     rate: float  # messages/s per connection, 0 = as fast as possible
+    gil_thread: bool = False  # a GIL-holding thread beside the server's loop
 
 
 @dataclass
@@ -122,6 +140,7 @@ class LoadResult(RepeatedMixin):
     clients: int
     msize: int = 1024
     rate: float = 0.0
+    gil_thread: bool = False
     repeats: list[dict[str, Any]] = field(default_factory=list)  # METRICS and counts, one dict per repeat
     client_loop: str | None = None
     verified_messages: int = 0
@@ -130,22 +149,31 @@ class LoadResult(RepeatedMixin):
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def group(self) -> tuple[int, int, float]:
-        """What a baseline must share besides the loop: connections, size, rate."""
-        return (self.clients, self.msize, self.rate)
+    def group(self) -> tuple[bool, int, int, float]:
+        """What a baseline must share besides the loop: the GIL thread, connections, size, rate."""
+        return (self.gil_thread, self.clients, self.msize, self.rate)
 
 
 # -- results: ratios, table, JSON, plot ----------------------------------------------
 
 
-def ratio(
-    results: Sequence[LoadResult], result: LoadResult, baseline: str, metric: str = "server_cpu_us_per_msg"
-) -> float | None:
-    """Median ``metric`` of ``result`` over that of ``baseline`` on the same loop in the same case."""
-    mine = result.median(metric) if result.ok else None
+def cpu_metric(*results: LoadResult) -> str:
+    """The CPU per message to compare: the loop thread's when every result
+    has it, else the whole server process's (no /proc/<pid>/task, older JSON)."""
+    if all(r.median("loop_cpu_us_per_msg") is not None for r in results):
+        return "loop_cpu_us_per_msg"
+    return "server_cpu_us_per_msg"
+
+
+def ratio(results: Sequence[LoadResult], result: LoadResult, baseline: str, metric: str | None = None) -> float | None:
+    """Median ``metric`` (default: `cpu_metric`) of ``result`` over that of
+    ``baseline`` on the same loop in the same case."""
+    if not result.ok:
+        return None
     for other in results:
         if other.server == baseline and other.loop == result.loop and other.group == result.group and other.ok:
-            theirs = other.median(metric)
+            name = metric or cpu_metric(result, other)
+            mine, theirs = result.median(name), other.median(name)
             if mine is not None and theirs:
                 return mine / theirs
     return None
@@ -166,44 +194,58 @@ def format_rate_limit(rate: float) -> str:
 COLUMNS = (
     "server",
     "loop",
+    "gil-thread",
     "clients",
     "msize",
     "rate",
     "msgs/s",
+    "loop us/msg",
     "srv us/msg",
     "cli us/msg",
     "p99",
     "srv CPU",
     *(f"x {b}" for b in BASELINES),
+    f"msgs/s x {THROUGHPUT_BASELINE}",
 )
 _LEFT = {"server", "loop"}
-_NHEAD = 5  # the columns that name the case, also on failed rows
+_NHEAD = 6  # the columns that name the case, also on failed rows
 
 
 def _row(results: Sequence[LoadResult], r: LoadResult) -> list[str]:
-    head = [r.server, r.loop, str(r.clients), format_size(r.msize), format_rate_limit(r.rate)]
+    head = [
+        r.server,
+        r.loop,
+        "yes" if r.gil_thread else "no",
+        str(r.clients),
+        format_size(r.msize),
+        format_rate_limit(r.rate),
+    ]
     if r.error is not None:
         first_line = r.error.strip().splitlines()[0] if r.error.strip() else ""
         return head + [f"FAILED: {first_line}"]
     return head + [
         _with_spread(r, "msgs_per_s"),
+        _with_spread(r, "loop_cpu_us_per_msg", _format_us),
         _with_spread(r, "server_cpu_us_per_msg", _format_us),
         _format_us(r.median("client_cpu_us_per_msg")),
         format_seconds(r.median("p99_s")),
         _format_pct(r.median("server_cpu_pct")),
         *(_format_ratio(ratio(results, r, b)) for b in BASELINES),
+        _format_ratio(ratio(results, r, THROUGHPUT_BASELINE, "msgs_per_s")),
     ]
 
 
 def table_header(nrepeats: int | None = None) -> str:
     repeats = f"median of {nrepeats} repeats" if nrepeats else "median of the repeats"
     return (
-        f"srv us/msg: server CPU time (user+system) per echoed message in microseconds, {repeats} (min-max);\n"
-        "cli us/msg: the same for the load client; msgs/s: all connections together; p99: round trip;\n"
-        "srv CPU: server CPU time per wall-clock second (100% = one core busy); rate: offered messages/s\n"
-        "per connection (max: next message as soon as the echo is back);\n"
-        "x asyncio-streams / x stock: srv us/msg relative to that server on the same loop in the same\n"
-        "case of this run (lower is cheaper)."
+        f"loop us/msg: CPU time (user+system) of the server's event-loop thread per echoed message in\n"
+        f"microseconds, {repeats} (min-max); srv us/msg: the same for the whole server process (with a\n"
+        "GIL thread: that thread's CPU included); cli us/msg: the load client's; msgs/s: all connections\n"
+        "together; p99: round trip; srv CPU: server CPU time per wall-clock second (100% = one core busy);\n"
+        "gil-thread: yes = a thread holding the GIL ran beside the server's loop; rate: offered\n"
+        "messages/s per connection (max: next message as soon as the echo is back);\n"
+        "x asyncio-streams / x stock: loop us/msg relative to that server on the same loop in the same\n"
+        "case of this run (lower is cheaper); msgs/s x stock: msgs/s relative to stock's (higher is faster)."
     )
 
 
@@ -257,6 +299,7 @@ def to_json(results: Sequence[LoadResult], meta: dict[str, Any] | None = None) -
             "msize": r.msize,
             "msize_text": format_size(r.msize),
             "rate": r.rate,
+            "gil_thread": r.gil_thread,
             "status": "skipped" if r.skipped is not None else "failed" if r.error is not None else "ok",
             "skipped": r.skipped,
             "error": r.error,
@@ -268,33 +311,38 @@ def to_json(results: Sequence[LoadResult], meta: dict[str, Any] | None = None) -
             entry[metric] = r.summary(metric)
         for baseline in BASELINES:
             entry[f"x_{baseline}"] = ratio(results, r, baseline)
+        entry[f"msgs_per_s_x_{THROUGHPUT_BASELINE}"] = ratio(results, r, THROUGHPUT_BASELINE, "msgs_per_s")
         out.append(entry)
     return {"meta": dict(meta or {}), "results": out}
 
 
 def result_from_json(entry: dict[str, Any]) -> LoadResult:
     """The inverse of one `to_json` entry (for re-plotting saved runs)."""
-    known = {"server", "loop", "clients", "msize", "rate", "repeats", "client_loop", "verified_messages",
-             "skipped", "error"}  # fmt: skip
-    derived = {"impl", "wire", "msize_text", "status", *METRICS, *(f"x_{b}" for b in BASELINES)}
+    known = {"server", "loop", "clients", "msize", "rate", "gil_thread", "repeats", "client_loop",
+             "verified_messages", "skipped", "error"}  # fmt: skip
+    derived = {"impl", "wire", "msize_text", "status", *METRICS, *(f"x_{b}" for b in BASELINES),
+               f"msgs_per_s_x_{THROUGHPUT_BASELINE}"}  # fmt: skip
     extra = {k: v for k, v in entry.items() if k not in known | derived}
     return LoadResult(**{k: entry[k] for k in known if k in entry}, extra=extra)
 
 
-def plot(results: Sequence[LoadResult], path: str, metric: str = "server_cpu_us_per_msg") -> None:
-    """Grouped bars (x = server, colour = loop, min-max whiskers), one panel
-    per connections/size/rate case."""
+def plot(results: Sequence[LoadResult], path: str, metric: str | None = None) -> None:
+    """Grouped bars (x = server, colour = loop, min-max whiskers) of
+    ``metric`` (default: `cpu_metric`), one panel per GIL-thread/connections/
+    size/rate case."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    metric = metric or cpu_metric(*(r for r in results if r.ok))
     ok = [r for r in results if r.ok and r.median(metric) is not None]
     groups = sorted({r.group for r in ok})
     servers = list(dict.fromkeys(r.server for r in ok))
     loops = list(dict.fromkeys(r.loop for r in ok))
     colours = plt.get_cmap("tab10")
     label = {
+        "loop_cpu_us_per_msg": "loop-thread CPU per message (us)",
         "server_cpu_us_per_msg": "server CPU per message (us)",
         "client_cpu_us_per_msg": "client CPU per message (us)",
         "msgs_per_s": "messages/s",
@@ -318,8 +366,9 @@ def plot(results: Sequence[LoadResult], path: str, metric: str = "server_cpu_us_
                 hi.append(spread[1] - median)
             if xs:
                 ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=colours(i), label=loop)
-        clients, msize, rate = group
-        ax.set_title(f"{clients} connections, {format_size(msize)}, rate {format_rate_limit(rate)}")
+        gil_thread, clients, msize, rate = group
+        title = f"{clients} connections, {format_size(msize)}, rate {format_rate_limit(rate)}"
+        ax.set_title(title + (", GIL thread" if gil_thread else ""))
         ax.set_ylabel(label)
         ax.set_xticks(range(len(servers)))
         ax.set_xticklabels(servers, rotation=30, ha="right")
@@ -349,11 +398,15 @@ def _rate(text: str) -> float:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.load",
-        description="Many connections ping-ponging small messages: server CPU time per message.",
+        description="Many connections ping-ponging small messages: the server loop thread's CPU time per message.",
     )
     p.add_argument("--server", type=_csv(_server_name), help=f"comma list (default: all: {','.join(LOAD_SERVERS)})")
     p.add_argument("--loop", type=_csv(_loop_name), help="server event loops (default: asyncio,uvloop if installed)")
-    p.add_argument("--clients", type=_csv(_positive_int), help="comma list of connection counts (default: 64)")
+    p.add_argument(
+        "--clients",
+        type=_csv(_positive_int),
+        help="comma list of connection counts (default: 64; with --gil-thread: 8,64)",
+    )
     p.add_argument("--msize", type=_csv(parse_size), help=f"payload per message (default: {DEFAULT_MSIZE})")
     p.add_argument("--rate", type=_csv(_rate), help="messages/s per connection; 0 = as fast as possible (default: 0)")
     p.add_argument("--duration", type=float, default=2.0, help="seconds per repeat (default: 2)")
@@ -367,6 +420,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "then hit every server alike (default: 1)",
     )
     p.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per case (default: 0.5)")
+    p.add_argument(
+        "--gil-thread",
+        nargs="?",
+        const="on",
+        default="off",
+        choices=tuple(GIL_THREAD_MODES),
+        help="run a thread that holds the GIL (pure-Python busy loop) beside every server's event loop: "
+        "on (the flag alone), off (default) or both (each case without, then with)",
+    )
     p.add_argument("--client-loop", type=_loop_name, help="the load client's event loop (default: uvloop if installed)")
     p.add_argument("--json", metavar="PATH", help="write all results as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
@@ -375,7 +437,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.server = args.server or list(LOAD_SERVERS)
     args.loop = args.loop or default_loops()
-    args.clients = args.clients or list(FULL_CLIENTS if args.full else DEFAULT_CLIENTS)
+    gil_thread_default = GIL_THREAD_CLIENTS if args.gil_thread != "off" else DEFAULT_CLIENTS
+    args.clients = args.clients or list(FULL_CLIENTS if args.full else gil_thread_default)
     args.msize = args.msize or [parse_size(DEFAULT_MSIZE)]
     args.rate = args.rate or [0.0]
     for msize in args.msize:
@@ -389,10 +452,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def plan_cases(args: argparse.Namespace) -> list[LoadCase]:
     """Servers innermost, so the ones compared (same loop, same case) run back to back."""
     return [
-        LoadCase(server, loop, clients, msize, rate)
+        LoadCase(server, loop, clients, msize, rate, gil_thread)
         for msize in args.msize
         for rate in args.rate
         for clients in args.clients
+        for gil_thread in GIL_THREAD_MODES[args.gil_thread]
         for loop in args.loop
         for server in args.server
     ]
@@ -408,7 +472,7 @@ def load_timeout_s(args: argparse.Namespace, rate: float) -> float:
 
 def run_case(case: LoadCase, args: argparse.Namespace) -> LoadResult:
     """Run one case in a fresh server process and a fresh load-client process."""
-    result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate)
+    result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread)
     impl, wire = LOAD_SERVERS[case.server]
     reason = availability(IMPLS[impl], case.loop)
     if reason is not None:
@@ -419,11 +483,14 @@ def run_case(case: LoadCase, args: argparse.Namespace) -> LoadResult:
     processes: list[_Process] = []
     with tempfile.TemporaryFile() as server_err, tempfile.TemporaryFile() as client_err:
         try:
-            server = _Process(["server", "--impl", impl, "--loop", case.loop, *common], server_err)
+            gil_thread = ["--gil-thread"] if case.gil_thread else []
+            server = _Process(["server", "--impl", impl, "--loop", case.loop, *gil_thread, *common], server_err)
             processes.append(server)
-            port = server.read_json_line(STARTUP_TIMEOUT_S)["port"]
+            started = server.read_json_line(STARTUP_TIMEOUT_S)
+            port, loop_tid = started["port"], started["loop_tid"]
             client_argv = [
                 "load-client", *common, "--port", str(port), "--server-pid", str(server.proc.pid),
+                "--server-tid", str(loop_tid),
                 "--msize", str(case.msize), "--wire", wire, "--rate", f"{case.rate:g}",
                 "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
             ]  # fmt: skip
@@ -456,8 +523,16 @@ def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nr
         "client_cpu_s": client["cpu_s"],
         "server_rss_bytes": server["rss_bytes"],
         "client_rss_bytes": client["rss_bytes"],
+        "loop_tid": server["loop_tid"],
+        "loop_thread_cpu_s": server["loop_thread_cpu_s"],
+        "gil_thread_tid": server["gil_thread_tid"],
+        "gil_thread_cpu_s": server["gil_thread_cpu_s"],
     }
     verify_counts(client, server, clients=result.clients, nrepeats=nrepeats)
+    if result.gil_thread and not (server["gil_thread_tid"] and server["gil_thread_cpu_s"]):
+        raise CaseFailed(f"the server ran no GIL thread: {server}")
+    if server["gil_thread_tid"] is not None and server["gil_thread_tid"] == server["loop_tid"]:
+        raise CaseFailed("the GIL thread and the event loop share a thread id")
 
 
 # -- main --------------------------------------------------------------------------------
@@ -476,12 +551,15 @@ def _progress(n: int, total: int, case: LoadCase, result: LoadResult, elapsed_s:
     name = f"[{n}/{total}] {case.server} on {case.loop}, {case.clients} clients, {format_size(case.msize)}"
     if case.rate:
         name += f", rate {format_rate_limit(case.rate)}"
+    if case.gil_thread:
+        name += ", GIL thread"
     if result.skipped is not None:
         return f"{name}: SKIPPED ({result.skipped})"
     if result.error is not None:
         return f"{name}: FAILED {result.error}"
     return (
         f"{name}: {format_rate(result.median('msgs_per_s'))} msgs/s, "
+        f"loop thread {_format_us(result.median('loop_cpu_us_per_msg'))} us/msg, "
         f"server {_format_us(result.median('server_cpu_us_per_msg'))} us/msg "
         f"({_format_pct(result.median('server_cpu_pct'))} CPU), "
         f"client {_format_us(result.median('client_cpu_us_per_msg'))} us/msg ({elapsed_s:.1f}s)"
@@ -517,6 +595,8 @@ def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "warmup_s": args.warmup,
         "repeat": args.repeat,
         "rounds": args.rounds,
+        "gil_thread": args.gil_thread,
+        "switch_interval_s": sys.getswitchinterval(),
         "clk_tck": os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else None,
     }
 

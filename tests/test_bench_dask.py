@@ -1,10 +1,12 @@
 """The dask benchmark (``python -m benchmarks.dask``): its pure parts on
 hand-made results (ratios, table, JSON round trip, the A/B order,
-arguments), and one tiny real run of every workload over both protocols."""
+arguments), the busy-worker's spinner in this process, and tiny real runs of
+every workload over both protocols."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,10 @@ def results() -> list[DaskResult]:
         make_result("tasks", "readinto", "tcp", [4000, 4100, 3900]),
         DaskResult("shuffle", "tcp", "tcp", skipped="needs pandas and pyarrow"),
         DaskResult("shuffle", "readinto", "tcp", skipped="needs pandas and pyarrow"),
+        make_result("busy-worker-rpc", "tcp", "tcp", [40, 50, 60]),
+        make_result("busy-worker-rpc", "readinto", "tcp", [100, 80, 120]),
+        make_result("busy-worker-fetch", "tcp", "tcp", [0.3, 0.2, 0.4]),
+        make_result("busy-worker-fetch", "readinto", "tcp", [0.1, 0.2, 0.05]),
     ]
 
 
@@ -54,6 +60,8 @@ def test_bench_dask_ratio_is_a_speedup_for_rates_and_times(results: list[DaskRes
     # s per chain: lower is better, so the ratio is tcp's time over readinto's
     assert ratio(results, by(results, "chain", "readinto")) == pytest.approx(2.0 / 1.6)
     assert ratio(results, by(results, "transfer", "readinto-tls")) == pytest.approx(1.2 / 0.9)
+    assert ratio(results, by(results, "busy-worker-rpc", "readinto")) == pytest.approx(100 / 50)
+    assert ratio(results, by(results, "busy-worker-fetch", "readinto")) == pytest.approx(0.3 / 0.1)
     # none for a baseline, for a failed baseline, for a skipped workload
     assert ratio(results, by(results, "rpc", "tcp")) is None
     assert ratio(results, by(results, "tasks", "readinto")) is None
@@ -78,13 +86,15 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
     assert failed.split()[:3] == ["tasks", "tcp", "tasks/s"]
     assert "FAILED: VerificationError: wrong results of 20000 tasks" in failed and "trace" not in text
     assert "SKIPPED shuffle: needs pandas and pyarrow" in lines
+    fetch = next(line for line in lines if line.startswith("busy-worker-fetch") and "readinto" in line)
+    assert fetch.split() == ["busy-worker-fetch", "readinto", "s", "per", "fetch", "100ms", "(50ms-200ms)", "3.00x"]
     assert sum("shuffle" in line for line in lines) == 1  # listed once, not as rows
     # a blank line between workloads, none inside one
     i = lines.index(rpc)
     assert lines[i - 1].startswith("rpc") or lines[i + 1].startswith("rpc")
     assert "" in lines[lines.index(header) :]
     # columns line up: the values of the readinto rows end where the header's column ends
-    widths = {len(line) for line in lines if line.startswith(("rpc", "chain", "transfer"))}
+    widths = {len(line) for line in lines if line.startswith(("rpc", "chain", "transfer", "busy-worker"))}
     assert len(widths) == 1
 
 
@@ -125,6 +135,8 @@ def test_bench_dask_parse_args() -> None:
     defaults = parse_args([])
     assert defaults.workload == list(bench.WORKLOADS) and defaults.pair == ["tcp", "tls"]
     assert defaults.repeat >= 5 and defaults.tasks == 20_000 and defaults.chain == 1000
+    assert "busy-worker" in defaults.workload and "busy-worker" in bench.PAIR_WORKLOADS["tls"]
+    assert defaults.busy_rpc == 100 and defaults.busy_size == 64 << 20
     with pytest.raises(SystemExit):
         parse_args(["--workload", "nope"])
     with pytest.raises(SystemExit):
@@ -138,21 +150,72 @@ def test_bench_dask_plot_writes_png(results: list[DaskResult], tmp_path: Path) -
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
-    """Every workload runs and passes its own result checks (sums, shapes,
-    row counts) on real tcp:// and readinto:// clusters, the P2P shuffle
-    included (pandas and pyarrow are in the test extra)."""
+def test_bench_dask_spinner_stops_when_told() -> None:
+    """The busy-worker task: it counts itself while it spins, and returns
+    ``stopped=True`` once `stop_spinning` ran (``False`` at its deadline)."""
+    from benchmarks import dask_busy
+
+    results: list[dict[str, Any]] = []
+    try:
+        assert dask_busy.spin(0.0)["stopped"] is False  # the deadline, not a stop
+        spinner = threading.Thread(target=lambda: results.append(dask_busy.spin(60.0)))
+        spinner.start()
+        while dask_busy.spinning() != 1 and spinner.is_alive():
+            spinner.join(0.001)
+        assert dask_busy.spinning() == 1
+        assert dask_busy.stop_spinning() in (0, 1)
+        spinner.join(60)
+        assert not spinner.is_alive() and dask_busy.spinning() == 0
+        assert results[0]["stopped"] is True and results[0]["thread_cpu_s"] > 0
+    finally:
+        dask_busy._stop.clear()
+
+
+def test_bench_dask_busy_worker_tiny_real_run(tmp_path: Path) -> None:
+    """busy-worker on fresh one-worker clusters of both pairs: the RPCs
+    answer with the busy worker's identity, the fetched array has the right
+    size and sum, both spinners were still spinning when it ended."""
     path = tmp_path / "dask.json"
+    argv = ["--workload", "busy-worker", "--repeat", "1", "--warmup", "0", "--busy-rpc", "5",
+            "--busy-size", "1MiB", "--json", str(path)]  # fmt: skip
+    assert bench.main(argv) == 0
+    data = json.loads(path.read_text())
+    assert data["meta"]["busy_worker"] == {"n_workers": 1, "threads_per_worker": 2, "fresh_cluster": True}
+    rows = data["results"]
+    assert [(r["workload"], r["protocol"]) for r in rows] == [
+        (row, p)
+        for pair in (("tcp", "readinto"), ("tls", "readinto-tls"))
+        for row in ("busy-worker-rpc", "busy-worker-fetch")
+        for p in pair
+    ]
+    for r in rows:
+        assert r["status"] == "ok", r
+        (repeat,) = r["repeats"]
+        assert repeat["value"] > 0 and len(repeat["spinner_rounds"]) == 2 and min(repeat["spinner_rounds"]) > 0
+        if r["workload"] == "busy-worker-rpc":
+            assert repeat["count"] == 5
+        else:
+            assert repeat["nbytes"] == 1 << 20
+        if r["protocol"] not in ("tcp", "tls"):
+            assert r["x_baseline"] > 0
+
+
+def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
+    """Every workload on the shared clusters runs and passes its own result
+    checks (sums, shapes, row counts) on real tcp:// and readinto://
+    clusters, the P2P shuffle included (pandas and pyarrow are in the test
+    extra).  busy-worker has its own test above."""
+    path = tmp_path / "dask.json"
+    shared = [w for w in bench.WORKLOADS if w not in bench.FRESH_CLUSTER_WORKLOADS]
     argv = [
+        "--workload", ",".join(shared),
         "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--rpc", "20", "--tasks", "40", "--chain", "8",
         "--transfer-size", "1MiB", "--transfer-count", "2", "--full-size", "8MiB", "--full-chunk", "1MiB",
         "--rechunk-size", "4MiB", "--shuffle-rows", "4000", "--shuffle-partitions", "4", "--json", str(path),
     ]  # fmt: skip
     assert bench.main(argv) == 0
     rows = json.loads(path.read_text())["results"]
-    assert {(r["workload"], r["protocol"]) for r in rows} == {
-        (w, p) for w in bench.WORKLOADS for p in ("tcp", "readinto")
-    }
+    assert {(r["workload"], r["protocol"]) for r in rows} == {(w, p) for w in shared for p in ("tcp", "readinto")}
     for r in rows:
         assert r["status"] == "ok", r
         assert len(r["repeats"]) == 1 and r["value"]["median"] > 0

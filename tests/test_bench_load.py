@@ -1,13 +1,16 @@
 """The load benchmark (``python -m benchmarks.load``): its pure parts on
 hand-made results (ratios, table, JSON, arguments), the load client's checks
 on fake transports, and short real runs (separate server and client
-processes) on asyncio, on uvloop and against the comm server."""
+processes) on asyncio, on uvloop, against the comm server and with a
+GIL-holding thread beside the server's loop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from benchmarks import load
 from benchmarks.impls import IMPLS, availability
 from benchmarks.impls.__main__ import main as impls_main
 from benchmarks.impls._common import U64, VerificationError
+from benchmarks.impls._gilthread import start_gil_thread
 from benchmarks.impls._loadclient import (
     LoadPlan,
     Template,
@@ -26,16 +30,21 @@ from benchmarks.impls._loadclient import (
     framed_template,
     make_payload,
     read_process_cpu_s,
+    read_thread_cpu_s,
 )
 from benchmarks.load import LoadResult, format_table, parse_args, plan_cases, ratio, result_from_json, to_json
 
 
-def make_result(server: str, loop: str, us_per_msg: list[float], clients: int = 64, **kw: Any) -> LoadResult:
+def make_result(
+    server: str, loop: str, us_per_msg: list[float], clients: int = 64, other_threads_us: float = 0.0, **kw: Any
+) -> LoadResult:
+    """``us_per_msg``: the loop thread's CPU per message; the process's adds ``other_threads_us``."""
     repeats = [
         {
             "msgs_per_s": 1e6 / us,
             "messages": 1000,
-            "server_cpu_us_per_msg": us,
+            "loop_cpu_us_per_msg": us,
+            "server_cpu_us_per_msg": us + other_threads_us,
             "client_cpu_us_per_msg": 10.0,
             "server_cpu_pct": 97.0,
             "client_cpu_pct": 50.0,
@@ -59,6 +68,9 @@ def results() -> list[LoadResult]:
         LoadResult("framed", "asyncio", 64, error="load-client exited with status 2: VERIFICATION FAILED\ntrace"),
         LoadResult("comm", "uvloop", 64, skipped="needs msgpack"),
         LoadResult("comm", "uvloop", 256, skipped="needs msgpack"),
+        # the same case with a GIL thread: its own condition, the process's CPU includes the thread's
+        make_result("stock", "asyncio", [200, 210, 190], gil_thread=True, other_threads_us=3000),
+        make_result("readinto", "asyncio", [100, 110, 90], gil_thread=True, other_threads_us=3000),
     ]
 
 
@@ -75,6 +87,23 @@ def test_ratio_same_loop_and_case_only(results: list[LoadResult]) -> None:
     assert ratio(results, big, "stock") is None  # no stock with 256 connections
     assert ratio(results, failed, "stock") is None
     assert ratio(results, readinto, "stock", metric="msgs_per_s") == pytest.approx((1e6 / 32) / (1e6 / 64))
+    gil_stock, gil_readinto = results[-2:]
+    assert ratio(results, gil_readinto, "stock") == pytest.approx(100 / 200)  # stock with the GIL thread too
+    assert ratio(results, gil_stock, "asyncio-streams") is None  # none ran with the GIL thread
+
+
+def test_ratio_compares_loop_thread_cpu_falling_back_to_process_cpu() -> None:
+    with_loop = [
+        make_result("stock", "asyncio", [60], other_threads_us=1000),
+        make_result("readinto", "asyncio", [30], other_threads_us=10),
+    ]
+    assert load.cpu_metric(*with_loop) == "loop_cpu_us_per_msg"
+    assert ratio(with_loop, with_loop[1], "stock") == pytest.approx(30 / 60)
+    old = make_result("stock", "asyncio", [60], other_threads_us=40)  # e.g. JSON from before the loop column
+    for repeat in old.repeats:
+        del repeat["loop_cpu_us_per_msg"]
+    assert load.cpu_metric(old, with_loop[1]) == "server_cpu_us_per_msg"
+    assert ratio([old, with_loop[1]], with_loop[1], "stock") == pytest.approx(40 / 100)
 
 
 def test_format_table(results: list[LoadResult]) -> None:
@@ -82,16 +111,22 @@ def test_format_table(results: list[LoadResult]) -> None:
     lines = table.splitlines()
     assert "median of 3 repeats" in table and "lower is cheaper" in table
     header = next(line for line in lines if line.startswith("server"))
-    assert header.endswith("x asyncio-streams  x stock")
-    readinto = next(line for line in lines if line.startswith("readinto ") and "asyncio" in line and " 64 " in line)
-    assert "32 (30-40)" in readinto  # server us/msg: median (min-max)
+    assert header.split()[:3] == ["server", "loop", "gil-thread"]
+    assert header.endswith("x asyncio-streams  x stock  msgs/s x stock")
+    readinto = next(line for line in lines if line.startswith("readinto ") and " no " in line and " 64 " in line)
+    assert readinto.split()[1:6] == ["asyncio", "no", "64", "1KiB", "max"]
+    assert readinto.count("32 (30-40)") == 2  # loop and server us/msg: median (min-max)
     assert "31.2k (25k-33.3k)" in readinto  # msgs/s
     assert "300us" in readinto and "97%" in readinto and " max " in readinto
-    assert readinto.split()[-2:] == ["0.80x", "0.50x"]
+    assert readinto.split()[-3:] == ["0.80x", "0.50x", "2.00x"]
     uv_readinto = next(line for line in lines if line.startswith("readinto ") and "uvloop" in line)
-    assert uv_readinto.split()[-2:] == ["-", "0.42x"]
+    assert uv_readinto.split()[-3:] == ["-", "0.42x", "2.38x"]
     big = next(line for line in lines if " 256 " in line and line.startswith("readinto"))
-    assert big.split()[-2:] == ["-", "-"] and " 33 " in big and "(" not in big  # one repeat: no spread
+    assert big.split()[-3:] == ["-", "-", "-"] and " 33 " in big and "(" not in big  # one repeat: no spread
+    gil = next(line for line in lines if line.startswith("readinto ") and " yes " in line)
+    assert gil.split()[1:6] == ["asyncio", "yes", "64", "1KiB", "max"]
+    assert "100 (90-110)" in gil and "3.1e+03 (3.09e+03-3.11e+03)" in gil  # loop thread; whole process
+    assert gil.split()[-3:] == ["-", "0.50x", "2.00x"]
     failed = next(line for line in lines if line.startswith("framed "))
     assert "FAILED: load-client exited with status 2: VERIFICATION FAILED" in failed and "trace" not in table
     assert [line for line in lines if line.startswith("SKIPPED")] == ["SKIPPED comm on uvloop: needs msgpack"]
@@ -108,10 +143,15 @@ def test_to_json_round_trips(results: list[LoadResult]) -> None:
     data = json.loads(json.dumps(to_json(results, {"argv": ["--full"]})))
     assert data["meta"] == {"argv": ["--full"]}
     entries = data["results"]
-    assert [e["status"] for e in entries] == ["ok"] * 6 + ["failed", "skipped", "skipped"]
+    assert [e["status"] for e in entries] == ["ok"] * 6 + ["failed", "skipped", "skipped", "ok", "ok"]
     readinto = entries[1]
     assert readinto["server_cpu_us_per_msg"] == {"median": 32, "min": 30, "max": 40}
+    assert readinto["loop_cpu_us_per_msg"] == {"median": 32, "min": 30, "max": 40}
     assert readinto["x_stock"] == pytest.approx(0.5) and readinto["x_asyncio-streams"] == pytest.approx(0.8)
+    assert readinto["msgs_per_s_x_stock"] == pytest.approx(2.0) and readinto["gil_thread"] is False
+    gil = entries[-1]
+    assert gil["gil_thread"] is True and gil["x_stock"] == pytest.approx(0.5)
+    assert gil["server_cpu_us_per_msg"]["median"] == 3100 and gil["loop_cpu_us_per_msg"]["median"] == 100
     assert readinto["impl"] == "readinto" and readinto["wire"] == "framed" and readinto["msize_text"] == "1KiB"
     assert entries[0]["impl"] == "stock-read_bytes"
     again = [result_from_json(e) for e in entries]
@@ -137,6 +177,11 @@ def test_parse_args_defaults() -> None:
     assert args.clients == [64] and args.msize == [1024] and args.rate == [0.0]
     assert (args.warmup, args.duration, args.repeat) == (0.5, 2.0, 3)
     assert args.json is None and args.plot is None and args.client_loop is None
+    assert args.gil_thread == "off" and {c.gil_thread for c in plan_cases(args)} == {False}
+    gil = parse_args(["--gil-thread"])
+    assert gil.gil_thread == "on" and gil.clients == [8, 64]  # the issue's connection counts
+    assert {c.gil_thread for c in plan_cases(gil)} == {True}
+    assert parse_args(["--gil-thread", "--clients", "4"]).clients == [4]
     full = parse_args(["--full"])
     assert full.clients == [1, 16, 64, 256] and full.server == list(load.LOAD_SERVERS)
     assert parse_args(["--full", "--clients", "8"]).clients == [8]  # explicit flags win
@@ -156,12 +201,22 @@ def test_parse_args_lists_and_plan() -> None:
         ("stock", "uvloop", 1),
     ]
     assert {(c.msize, c.rate) for c in cases} == {(65536, 100.0)}
+    both = plan_cases(
+        parse_args(["--server", "stock,readinto", "--loop", "asyncio", "--gil-thread", "both", "--clients", "8"])
+    )
+    # each server without and then with the GIL thread, the servers compared back to back
+    assert [(c.server, c.gil_thread) for c in both] == [
+        ("stock", False),
+        ("readinto", False),
+        ("stock", True),
+        ("readinto", True),
+    ]
 
 
 @pytest.mark.parametrize(
     "argv",
     [["--server", "nope"], ["--loop", "trio"], ["--clients", "0"], ["--msize", "4"], ["--rate", "-1"],
-     ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"]],
+     ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"], ["--gil-thread", "maybe"]],
 )  # fmt: skip
 def test_parse_args_rejects(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -191,6 +246,33 @@ def test_read_process_cpu_s() -> None:
     cpu = read_process_cpu_s(os.getpid())
     assert cpu is not None and cpu > 0
     assert read_process_cpu_s(2**22 + 12345) is None  # no such process
+
+
+def test_read_thread_cpu_s_counts_one_thread_only() -> None:
+    """While a GIL-holding thread spins, the main thread (waiting) gains less
+    CPU than it; the process counts both."""
+    pid = os.getpid()
+    if not os.path.exists(f"/proc/{pid}/task/{threading.get_native_id()}/stat"):
+        pytest.skip("no /proc/<pid>/task")
+    main_tid = threading.get_native_id()
+    assert read_thread_cpu_s(pid, 2**22 + 12345) is None  # no such thread
+    main_before = read_thread_cpu_s(pid, main_tid)
+    hog = start_gil_thread()
+    try:
+        hog_before = read_thread_cpu_s(pid, hog.tid)
+        assert main_before is not None and hog_before is not None
+        hog_now = hog_before
+        give_up = time.monotonic() + 60
+        while hog_now - hog_before < 0.05:  # until the hog has used 50 ms of CPU
+            assert time.monotonic() < give_up, "the GIL thread got no CPU"
+            time.sleep(0.005)
+            hog_now = read_thread_cpu_s(pid, hog.tid) or hog_now
+        main_now = read_thread_cpu_s(pid, main_tid)
+    finally:
+        hog_total = hog.stop()
+    assert main_now is not None and main_now - main_before < hog_now - hog_before
+    assert hog_total >= hog_now - 0.011  # the thread's own clock agrees (schedstat or 10 ms ticks)
+    assert hog.iterations > 0 and not hog.is_alive()
 
 
 def test_templates() -> None:
@@ -285,6 +367,10 @@ SMOKE = ["--clients", "4", "--duration", "0.2", "--repeat", "1", "--warmup", "0.
 def _check_entries(entries: list[dict[str, Any]], clients: int) -> None:
     for e in entries:
         assert e["status"] == "ok", e["error"]
+        if not e["gil_thread"]:
+            assert e["gil_thread_tid"] is None and e["gil_thread_cpu_s"] is None
+        if os.path.exists("/proc/self/task"):
+            assert e["loop_cpu_us_per_msg"]["median"] > 0
         assert e["verified_messages"] > 0 and e["verified_messages"] == e["messages_sent"]
         assert e["messages_echoed_by_server"] == e["messages_sent"]
         assert e["full_compares"] == 2 * clients
@@ -327,6 +413,37 @@ def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixtur
     ]
     _check_entries(entries, 4)
     capsys.readouterr()
+
+
+def test_load_gil_thread_runs_beside_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--gil-thread: the server runs a second thread that uses CPU; the
+    loop-thread figures leave it out, the process figures include it; the
+    ratio to stock is taken with the GIL thread on both sides."""
+    pytest.importorskip("uvloop")
+    out = tmp_path / "load.json"
+    argv = ["--server", "stock,asyncio-protocol", "--loop", "asyncio,uvloop", "--gil-thread", *SMOKE]
+    argv[argv.index("--clients") + 1] = "2"
+    assert load.main([*argv, "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "GIL thread" in captured.err and "FAILED" not in captured.out
+    data = json.loads(out.read_text())
+    assert data["meta"]["gil_thread"] == "on" and data["meta"]["switch_interval_s"] > 0
+    entries = data["results"]
+    assert [(e["server"], e["loop"], e["gil_thread"]) for e in entries] == [
+        ("stock", "asyncio", True),
+        ("asyncio-protocol", "asyncio", True),
+        ("stock", "uvloop", True),
+        ("asyncio-protocol", "uvloop", True),
+    ]
+    _check_entries(entries, 2)
+    for e in entries:
+        # a second thread, which ran: the whole process's CPU is the loop thread's plus the GIL thread's
+        assert e["gil_thread_tid"] not in (None, e["loop_tid"]) and e["gil_thread_cpu_s"] > 0
+        assert e["server_cpu_s"] >= e["loop_thread_cpu_s"] + e["gil_thread_cpu_s"] - 1e-3
+        # the windows counted the loop thread only (a part of its whole CPU time)
+        assert sum(r["loop_cpu_s"] for r in e["repeats"]) <= e["loop_thread_cpu_s"]
+        assert e["x_stock"] is not None and e["msgs_per_s_x_stock"] is not None
+    assert entries[0]["x_stock"] == pytest.approx(1.0)
 
 
 def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,6 +169,26 @@ def test_echo_cli_smoke(tmp_path: Path) -> None:
         assert e["window"] == (16 if e["mode"] == "pipelined" else 1)
 
 
+def test_echo_cli_runs_the_asyncio_anchors(tmp_path: Path) -> None:
+    """The anchors through the real CLI: 4-frame messages, pipelined, both
+    loops, verified (their parsing is tested in test_bench_anchors)."""
+    pytest.importorskip("uvloop")
+    out = tmp_path / "echo.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    impls = ["asyncio-streams", "asyncio-protocol", "uvloop-streams", "uvloop-protocol"]
+    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", ",".join(impls), "--msize", "4KiB",
+           "--nframes", "4", "--mode", "pipelined", "--duration", "0.1", "--warmup", "0.02", "--repeat", "1",
+           "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads(out.read_text())["results"]
+    assert [e["impl"] for e in entries] == impls
+    for e in entries:
+        assert e["status"] == "ok", e["error"]
+        assert e["nframes"] == 4 and e["verified_messages"] == e["messages_sent"] > 16
+        assert e["messages_echoed_by_server"] == e["messages_sent"] and e["full_compares"] == 2
+
+
 def test_verify_counts_names_every_disagreement() -> None:
     from benchmarks.echo import CaseFailed, verify_counts
 

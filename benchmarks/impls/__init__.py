@@ -41,6 +41,7 @@ class ImplSpec:
 
 _T = "._tornado:"
 _A = "._asyncio:"
+_P = "._protocol:"
 _FRAMED = ("tornado_readinto.framed",)
 
 IMPLS: dict[str, ImplSpec] = {
@@ -55,10 +56,26 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
         ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
         ImplSpec("framed-pool-nospin", _T + "FramedPoolNoSpin", "framed-pool with busy_poll_s=0", requires=_FRAMED),
-        ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly; write + drain"),
-        ImplSpec("asyncio-protocol", _A + "AsyncioProtocol", "asyncio BufferedProtocol, echo from the callback"),
+        ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly(16) + readexactly(n); drain"),
+        ImplSpec(
+            "asyncio-streams-3reads",
+            _A + "AsyncioStreams3Reads",
+            "asyncio streams, readexactly per count, lengths, frame; write per buffer",
+        ),
+        ImplSpec("asyncio-protocol", _P + "AsyncioProtocol", "BufferedProtocol, read-ahead buffer, echo from callback"),
+        ImplSpec(
+            "asyncio-protocol-exact", _P + "AsyncioProtocolExact", "BufferedProtocol, one recv per header part/frame"
+        ),
         ImplSpec("uvloop-streams", _A + "AsyncioStreams", "asyncio streams on uvloop", "uvloop", ("uvloop",)),
-        ImplSpec("uvloop-protocol", _A + "AsyncioProtocol", "BufferedProtocol on uvloop", "uvloop", ("uvloop",)),
+        ImplSpec(
+            "uvloop-streams-3reads", _A + "AsyncioStreams3Reads", "streams-3reads on uvloop", "uvloop", ("uvloop",)
+        ),
+        ImplSpec(
+            "uvloop-protocol", _P + "AsyncioProtocol", "read-ahead BufferedProtocol on uvloop", "uvloop", ("uvloop",)
+        ),
+        ImplSpec(
+            "uvloop-protocol-exact", _P + "AsyncioProtocolExact", "protocol-exact on uvloop", "uvloop", ("uvloop",)
+        ),
         ImplSpec("uvloop-readinto", _T + "ReadInto", "ReadIntoIOStream on uvloop", "uvloop", ("uvloop",)),
         ImplSpec(
             "uvloop-framed-pool",

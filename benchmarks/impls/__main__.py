@@ -11,9 +11,16 @@
 ``--loop asyncio|uvloop`` (server and client) runs the implementation on that
 event loop instead of its registry entry's.
 
-``python -m benchmarks.impls load-client --port P --server-pid PID --clients N ...``
+``server --gil-thread`` also starts, beside the event loop, a thread that
+holds the GIL (see ``_gilthread``).  The server's first line then also has
+``loop_tid`` (the thread running the loop) and ``gil_thread_tid``; its last
+line has both threads' CPU seconds (``loop_thread_cpu_s``,
+``gil_thread_cpu_s``).
+
+``python -m benchmarks.impls load-client --port P --server-pid PID [--server-tid TID] --clients N ...``
     the client of ``benchmarks.load`` (see ``_loadclient``): N cheap
-    ping-pong connections, CPU of both processes per window; one JSON line.
+    ping-pong connections, CPU of both processes (and of the server's loop
+    thread) per window; one JSON line.
 
 Exit status: 0 ok, 2 an echo failed verification, 1 any other error.
 """
@@ -24,12 +31,16 @@ import argparse
 import json
 import socket
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from . import EVENT_LOOPS, IMPLS, load
 from ._async import run_loop
 from ._common import CasePlan, VerificationError, process_stats, summarize
+from ._gilthread import start_gil_thread
 from ._loadclient import WIRES, LoadPlan, default_client_loop, run_load
 
 
@@ -42,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--clients", type=int, default=1)
         p.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
         p.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: the impl's)")
+    sub.choices["server"].add_argument(
+        "--gil-thread", action="store_true", help="run a GIL-holding thread beside the event loop"
+    )
     client = sub.choices["client"]
     client.add_argument("--port", type=int, required=True)
     client.add_argument("--msize", type=int, required=True)
@@ -54,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     lc = sub.add_parser("load-client")
     lc.add_argument("--port", type=int, required=True)
     lc.add_argument("--server-pid", type=int, default=0, help="process whose CPU time to sample (0: none)")
+    lc.add_argument("--server-tid", type=int, default=0, help="its thread whose CPU time to sample (0: none)")
     lc.add_argument("--clients", type=int, default=64)
     lc.add_argument("--msize", type=int, default=1024)
     lc.add_argument("--wire", choices=WIRES, default="framed")
@@ -72,11 +87,35 @@ def _emit(obj: object) -> None:
 
 def _load_client(args: argparse.Namespace) -> None:
     plan = LoadPlan(
-        args.clients, args.msize, args.wire, args.rate, args.warmup, args.duration, args.repeat, args.server_pid
+        args.clients,
+        args.msize,
+        args.wire,
+        args.rate,
+        args.warmup,
+        args.duration,
+        args.repeat,
+        args.server_pid,
+        args.server_tid,
     )
     loop = args.loop or default_client_loop()
     result = run_loop(loop, lambda: run_load(args.port, plan), args.timeout)
     _emit({**result, "loop": loop, **process_stats()})
+
+
+def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespace) -> None:
+    """The server process: the port line, the echo server, the stats line."""
+    gil_thread = start_gil_thread() if args.gil_thread else None
+    threads = {
+        "loop_tid": threading.get_native_id(),
+        "gil_thread_tid": gil_thread.tid if gil_thread is not None else None,
+    }
+    _emit({"port": listener.getsockname()[1], **threads})
+    try:
+        nmessages = impl.run_server(listener, loop, args.clients, args.timeout)
+    finally:
+        gil_cpu_s = gil_thread.stop() if gil_thread is not None else None
+    stats = {"loop_thread_cpu_s": time.thread_time(), "gil_thread_cpu_s": gil_cpu_s}
+    _emit({"messages": nmessages, **process_stats(), **threads, **stats})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,9 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1", 0))
             listener.listen(args.clients + 8)
-            _emit({"port": listener.getsockname()[1]})
-            nmessages = impl.run_server(listener, loop, args.clients, args.timeout)
-            _emit({"messages": nmessages, **process_stats()})
+            _serve(impl, listener, loop, args)
         else:
             window = 1 if args.mode == "pingpong" else args.window
             plan = CasePlan(

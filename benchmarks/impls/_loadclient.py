@@ -22,8 +22,10 @@ stamp, so the echo must be byte-identical to what was sent:
 Every echo is checked: the bytes before the stamp (framing header, msgpack
 prefix: message count and sizes) and the stamp itself; the first and the last
 echo of each connection byte for byte.  At each window boundary the process
-samples the server's CPU time from ``/proc/<pid>/stat`` and its own
-(``time.process_time``).
+samples the server's CPU time from ``/proc/<pid>/stat``, that of the server's
+event-loop thread from ``/proc/<pid>/task/<tid>/schedstat`` (with ``--gil-thread``
+the process also runs a GIL-holding thread, which this leaves out) and its
+own (``time.process_time``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class LoadPlan:
     duration_s: float  # per window
     repeat: int  # windows
     server_pid: int  # whose CPU time to sample; 0 = none
+    server_tid: int = 0  # the server's event-loop thread, whose CPU time to sample; 0 = none
 
 
 @dataclass(frozen=True)
@@ -111,17 +114,34 @@ def make_template(wire: str, msize: int, seed: int) -> Template:
     raise ValueError(f"unknown wire {wire!r}; known: {', '.join(WIRES)}")
 
 
-def read_process_cpu_s(pid: int) -> float | None:
-    """utime + stime of process ``pid`` in seconds (``/proc/<pid>/stat``
-    fields 14 and 15; clock-tick resolution), or None where there is no /proc."""
+def _read_stat_cpu_s(path: str) -> float | None:
+    """utime + stime from a ``stat`` file of /proc (fields 14 and 15; clock
+    ticks), or None where there is none."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(path, "rb") as f:
             stat = f.read()
     except OSError:
         return None
     # field 2 (comm) is in parentheses and may hold spaces: split after it
     fields = stat[stat.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_process_cpu_s(pid: int) -> float | None:
+    """utime + stime of process ``pid`` in seconds, all its threads
+    (``/proc/<pid>/stat``; clock-tick resolution), or None where there is no /proc."""
+    return _read_stat_cpu_s(f"/proc/{pid}/stat")
+
+
+def read_thread_cpu_s(pid: int, tid: int) -> float | None:
+    """CPU seconds of thread ``tid`` of process ``pid``: its run time in
+    nanoseconds from ``/proc/<pid>/task/<tid>/schedstat`` where the kernel
+    has it, else utime + stime from ``.../stat`` (clock ticks); None without /proc."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return _read_stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
 
 
 class _Bench:
@@ -316,22 +336,26 @@ class _Snapshot:
     def __init__(self, bench: _Bench) -> None:
         self.t = perf_counter()
         self.nechoes = bench.nechoes
-        self.server_cpu_s = read_process_cpu_s(bench.plan.server_pid) if bench.plan.server_pid else None
+        plan = bench.plan
+        self.server_cpu_s = read_process_cpu_s(plan.server_pid) if plan.server_pid else None
+        self.loop_cpu_s = read_thread_cpu_s(plan.server_pid, plan.server_tid) if plan.server_tid else None
         self.client_cpu_s = time.process_time()
         self.latencies = bench.latencies
         bench.latencies = []
 
 
 def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
-    """One repeat: rate, CPU per message and per second of both processes, latency."""
+    """One repeat: rate, CPU per message and per second of both processes
+    and of the server's loop thread, latency."""
     elapsed = end.t - start.t
     messages = end.nechoes - start.nechoes
     client_cpu = end.client_cpu_s - start.client_cpu_s
-    server_cpu = (
-        end.server_cpu_s - start.server_cpu_s
-        if end.server_cpu_s is not None and start.server_cpu_s is not None
-        else None
-    )
+
+    def delta(a: float | None, b: float | None) -> float | None:
+        return b - a if a is not None and b is not None else None
+
+    server_cpu = delta(start.server_cpu_s, end.server_cpu_s)
+    loop_cpu = delta(start.loop_cpu_s, end.loop_cpu_s)
     latencies = sorted(end.latencies)  # the echoes of this window
 
     def per_msg_us(cpu_s: float | None) -> float | None:
@@ -345,10 +369,13 @@ def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "msgs_per_s": messages / elapsed if elapsed > 0 else 0.0,
         "server_cpu_s": server_cpu,
+        "loop_cpu_s": loop_cpu,
         "client_cpu_s": client_cpu,
         "server_cpu_us_per_msg": per_msg_us(server_cpu),
+        "loop_cpu_us_per_msg": per_msg_us(loop_cpu),
         "client_cpu_us_per_msg": per_msg_us(client_cpu),
         "server_cpu_pct": pct(server_cpu),
+        "loop_cpu_pct": pct(loop_cpu),
         "client_cpu_pct": pct(client_cpu),
         "p50_s": percentile(latencies, 0.50),
         "p99_s": percentile(latencies, 0.99),
