@@ -73,3 +73,31 @@ def tls_contexts():
     client_ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     ca.configure_trust(client_ctx)
     return server_ctx, client_ctx
+
+
+class Clock:
+    """An explicit clock: ``now`` stays put until a test moves it, or
+    advances by ``step`` at every reading (time as work done)."""
+
+    def __init__(self, now=100.0, step=0.0):
+        self.now = now
+        self.step = step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+@pytest.fixture
+def stream_clock(monkeypatch):
+    """An explicit clock for the streams (`tornado_readinto.iostream` reads
+    ``perf_counter`` for busy polling and for how long a short recv proves a
+    socket empty).  It stands still unless the test moves it, so a test that
+    counts recvs does not depend on how fast the machine runs: a stalled
+    test process would otherwise make a stream retry a recv it had proved
+    empty (`~tornado_readinto.iostream.DRAINED_VALID_S`)."""
+    from tornado_readinto import iostream
+
+    clock = Clock()
+    monkeypatch.setattr(iostream, "perf_counter", clock)
+    return clock

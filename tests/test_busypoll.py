@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tornado_readinto import ReadIntoIOStream, busypoll, iostream
+from tornado_readinto import ReadIntoIOStream, busypoll
 from tornado_readinto.busypoll import (
     DEFAULT_BUSY_POLL_S,
     MAX_BUDGET_FACTOR,
@@ -139,29 +139,14 @@ def test_policy_ignores_readiness_of_a_stream_that_did_not_park():
 # fast the machine is.
 
 
-class Clock:
-    """An explicit clock: ``now`` stays put until a test moves it, or
-    advances by ``step`` at every reading (time as work done)."""
-
-    def __init__(self, now=100.0, step=0.0):
-        self.now = now
-        self.step = step
-
-    def __call__(self):
-        self.now += self.step
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch):
-    """An explicit clock for the spinner and the streams; and, since any
+def clock(stream_clock, monkeypatch):
+    """The streams' explicit clock, for the spinner too; and, since any
     other thread stops spinning and earlier tests may have left idle threads
     behind (executors), the process counts as having none."""
-    clock = Clock()
-    monkeypatch.setattr(busypoll, "perf_counter", clock)
-    monkeypatch.setattr(iostream, "perf_counter", clock)
+    monkeypatch.setattr(busypoll, "perf_counter", stream_clock)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
-    return clock
+    return stream_clock
 
 
 @contextlib.contextmanager

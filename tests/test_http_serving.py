@@ -28,6 +28,7 @@ from tornado.testing import bind_unused_port
 
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
 from tornado_readinto.httpserver import ReadIntoHTTP1ServerConnection
+from tornado_readinto.iostream import DRAINED_VALID_S
 from tornado_readinto.testing import stream_pair
 
 from ._http import stop_server, wait_no_connections
@@ -267,7 +268,7 @@ def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, 
     assert yields == answers.count(False)
 
 
-def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name):
+def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name, stream_clock):
     """``_read_would_wait()`` on known states of a real socket: no while
     bytes are read ahead or before the socket was proved empty; yes once a
     read parked and its recv drained the socket; never yes on TLS (a short
@@ -286,6 +287,8 @@ def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name):
             client.socket.sendall(b"c\n")
             assert await reading == b"c\n"
             assert server._read_would_wait()  # the recv that completed it was short: drained
+            stream_clock.now += DRAINED_VALID_S
+            assert not server._read_would_wait()  # a proof that old no longer holds
         finally:
             server.close()
             client.close()
@@ -294,7 +297,9 @@ def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name):
 
 
 @pytest.mark.parametrize("server_class", SERVERS)
-def test_http_serving_pipelined_requests_yield_between_them_in_order(loop_name, server_class, monkeypatch):
+def test_http_serving_pipelined_requests_yield_between_them_in_order(
+    loop_name, server_class, monkeypatch, stream_clock
+):
     """All requests are in the socket before the server reads, so its first
     recv takes them all and, being short, proves the socket empty.  After
     every request but the last the next one is read ahead: ours yields

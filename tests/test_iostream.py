@@ -15,7 +15,7 @@ from tornado.iostream import IOStream, SSLIOStream, StreamBufferFullError, Strea
 
 from tornado_readinto import IncompleteReadError, ReadIntoIOStream, SSLReadIntoIOStream
 from tornado_readinto.errors import BufferBusyError
-from tornado_readinto.iostream import DIRECT_READ_MIN_NBYTES
+from tornado_readinto.iostream import DIRECT_READ_MIN_NBYTES, DRAINED_VALID_S
 from tornado_readinto.testing import (
     FakeSocket,
     RecordingSocket,
@@ -655,3 +655,36 @@ def test_close_releases_read_ahead_buffer():
         assert server._ra is None  # drained after close: memory given back
 
     run(main())
+
+
+def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_clock):
+    """A short recv proves the socket empty, so a read that starts soon after
+    waits for the loop without a recv bound to fail with EAGAIN; one that
+    starts `DRAINED_VALID_S` later (the loop thread was held up, e.g. by
+    another thread holding the GIL) tries the recv first and, the data being
+    there, completes inline: an already resolved Future, no loop turn."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, busy_poll_s=0)
+        sock = server.socket
+        try:
+            buf = bytearray(4)
+            reading = server.read_into(buf)  # nothing there: parks, READ registered
+            client.socket.sendall(b"ping")
+            assert await reading == 4  # its recv was short: drained
+            sock.reset()
+            client.socket.sendall(b"pong")  # there, but the loop has not polled since
+            reading = server.read_into(buf)
+            assert not reading.done() and sock.recvs == []  # waits for the loop
+            assert await reading == 4 and buf == b"pong"
+            sock.reset()
+            client.socket.sendall(b"late")
+            stream_clock.now += DRAINED_VALID_S
+            reading = server.read_into(buf)
+            assert reading.done() and reading.result() == 4 and buf == b"late"
+            assert [r.received for r in sock.recvs] == [4]
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)

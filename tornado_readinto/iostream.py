@@ -19,7 +19,11 @@ Strategy:
   a whole small message costs one syscall.
 * A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
   means the kernel had nothing more: we then wait for the selector instead of
-  issuing a speculative ``recv`` that would fail with EAGAIN.  TLS sockets only
+  issuing a speculative ``recv`` that would fail with EAGAIN.  That proof
+  holds for `DRAINED_VALID_S`: a read that starts later (the loop thread was
+  held up, typically waiting for the GIL while another thread ran Python)
+  tries the ``recv`` first, since the data has most likely arrived, and a
+  read it satisfies completes inline, in the same loop turn.  TLS sockets only
   wait after OpenSSL itself says "want read", since decrypted bytes can sit
   inside the SSL object where the selector cannot see them.
 * READ interest stays registered while the read-ahead buffer has room, so a
@@ -75,13 +79,23 @@ from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
 from .framing import NEED_DATA, MessageReader
 from .writebuffer import ChunkedWriteBuffer
 
-__all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES"]
+__all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES", "DRAINED_VALID_S"]
 
 #: A ``read_into`` whose missing bytes are at least this many is received
 #: straight into the caller's buffer; a smaller remainder goes through the
 #: read-ahead buffer (one syscall can then also bring the next message).
 #: 16 KiB = one TLS record, and a quarter of the 64 KiB default read chunk.
 DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
+
+#: How long a short ``recv`` proves a plain socket empty.  A read that starts
+#: later tries ``recv`` before waiting for the event loop: when the loop thread
+#: was held up this long (by a thread holding the GIL: a hand-off takes up to
+#: the 5 ms switch interval), the peer has most likely answered, and a read
+#: completed inline costs no poll, no parked Future and no extra loop turn,
+#: each of which releases the GIL again.  Without such stalls, reads come
+#: within tens of microseconds of the last ``recv`` and keep the saving of the
+#: ``recv`` that would fail with EAGAIN.
+DRAINED_VALID_S = 1e-3  # seconds
 
 #: The read-ahead buffer is released when it is empty and has grown past this
 #: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
@@ -214,8 +228,10 @@ class ReadIntoIOStream(IOStream):
         # (a delimiter search resumes there: no quadratic rescans).
         self._scanned = 0
         # False only when the last recv proved the socket (and SSL object)
-        # empty; a READ event sets it back.  Lets reads skip a doomed recv.
+        # empty; a READ event sets it back.  Lets reads skip a doomed recv,
+        # for DRAINED_VALID_S after _drained_at (perf_counter seconds).
         self._readable_hint = True
+        self._drained_at = 0.0
         #: Bytes received so far (for idle timeouts and statistics).
         self.nbytes_received = 0
         super().__init__(socket, *args, **kwargs)
@@ -524,23 +540,26 @@ class ReadIntoIOStream(IOStream):
 
     def _read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
-        loop: nothing is read ahead and, as in `_receive_now`, the last recv
+        loop: nothing is read ahead and, as in `_receive_now`, a recv just
         proved the (plain) socket empty with READ registered.  No syscall.
         Lets a serving loop skip its own yield between requests."""
+        return not self._read_buffer_size and self._proved_empty()
+
+    def _proved_empty(self) -> bool:
+        """The last recv, less than `DRAINED_VALID_S` ago, found the (plain)
+        socket empty, and READ is registered: the (level-triggered) selector
+        will report new data, so a recv now would only fail with EAGAIN."""
         return (
-            not self._read_buffer_size
-            and not self._readable_hint
+            not self._readable_hint
             and self._short_read_drains
             and bool((self._state or 0) & _READ)
+            and perf_counter() - self._drained_at < DRAINED_VALID_S
         )
 
     def _receive_now(self) -> int | None:
         """Receive what the socket has now for the pending read."""
-        if not self._readable_hint and self._short_read_drains and (self._state or 0) & _READ:
-            # The last recv proved the socket empty and READ is registered:
-            # the (level-triggered) selector will report new data, so skip a
-            # recv that would only fail with EAGAIN.
-            return self._find_read_pos()
+        if self._proved_empty():
+            return self._find_read_pos()  # wait for the selector
         if self._read_target is not None:
             return self._read_into_target()
         if self._read_reader is not None:
@@ -612,6 +631,7 @@ class ReadIntoIOStream(IOStream):
             raise
         if received is None:
             self._readable_hint = False
+            self._drained_at = perf_counter()
             return 0
         if received == 0:
             self._readable_hint = False
@@ -619,6 +639,7 @@ class ReadIntoIOStream(IOStream):
             return 0
         if received < requested and self._short_read_drains:
             self._readable_hint = False
+            self._drained_at = perf_counter()
         self.nbytes_received += received
         return received
 
