@@ -1,13 +1,13 @@
 """End-to-end dask.distributed A/B benchmark: ``readinto://`` against ``tcp://``
 and ``readinto-tls://`` against ``tls://`` on real clusters.
 
-    python -m benchmarks.dask                                  # every workload, 5 repeats
-    python -m benchmarks.dask --workload rpc,chain --repeat 7 --json dask.json --plot dask.png
-    python -m benchmarks.dask --pair tls --workload rpc,transfer
-    python -m benchmarks.dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
-    python -m benchmarks.dask --workload busy-worker --repeat 7                 # a worker whose threads hold the GIL
+    python -m benchmarks dask                                  # every workload, 5 repeats
+    python -m benchmarks dask --workload rpc,chain --repeat 7 --json dask.json --plot dask.png
+    python -m benchmarks dask --pair tls --workload rpc,transfer
+    python -m benchmarks dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
+    python -m benchmarks dask --workload busy-worker --repeat 7                 # a worker whose threads hold the GIL
 
-(run it as a module from the repository root: ``python benchmarks/dask.py``
+(``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
 
 For each protocol pair one ``LocalCluster`` of worker processes per protocol
@@ -38,23 +38,16 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 if __package__ in (None, ""):  # pragma: no cover - see the module docstring
-    sys.exit("run this benchmark as a module: python -m benchmarks.dask")
+    sys.exit("run this benchmark as a module: python -m benchmarks dask")
 
-from benchmarks.echo import _choice, _csv, _positive_int, run_meta
-from benchmarks.report import (
-    RepeatedMixin,
-    _format_ratio,
-    finish_run,
-    format_rate,
-    format_seconds,
-    format_size,
-    parse_size,
-)
+from benchmarks import harness as h
+from benchmarks.harness import check
+from benchmarks.harness import plot as plots
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).
 PAIRS: dict[str, tuple[str, str]] = {"tcp": ("tcp", "readinto"), "tls": ("tls", "readinto-tls")}
@@ -69,22 +62,18 @@ class Metric:
     fmt: Callable[[float | None], str]
 
 
-def format_gbps(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
 #: Table row (``DaskResult.workload``) -> what one repetition reports.  Most
 #: workloads report one row of their own name; see `ROWS`.
 METRICS: dict[str, Metric] = {
-    "rpc": Metric("RPC/s", True, format_rate),
-    "tasks": Metric("tasks/s", True, format_rate),
-    "chain": Metric("s per chain", False, format_seconds),
-    "transfer": Metric("GB/s", True, format_gbps),
-    "full": Metric("s", False, format_seconds),
-    "rechunk": Metric("s", False, format_seconds),
-    "shuffle": Metric("s", False, format_seconds),
-    "busy-worker-rpc": Metric("RPC/s", True, format_rate),
-    "busy-worker-fetch": Metric("s per fetch", False, format_seconds),
+    "rpc": Metric("RPC/s", True, h.format_rate),
+    "tasks": Metric("tasks/s", True, h.format_rate),
+    "chain": Metric("s per chain", False, h.format_seconds),
+    "transfer": Metric("GB/s", True, h.format_number),
+    "full": Metric("s", False, h.format_seconds),
+    "rechunk": Metric("s", False, h.format_seconds),
+    "shuffle": Metric("s", False, h.format_seconds),
+    "busy-worker-rpc": Metric("RPC/s", True, h.format_rate),
+    "busy-worker-fetch": Metric("s per fetch", False, h.format_seconds),
 }
 
 #: ``--workload`` names -> their table rows.
@@ -105,20 +94,8 @@ PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "
 BUSY_WORKER_THREADS = 2
 
 
-class VerificationError(AssertionError):
-    """A repetition computed a wrong result."""
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise VerificationError(message)
-
-
-# -- results, the table, JSON ------------------------------------------------------------------
-
-
 @dataclass
-class DaskResult(RepeatedMixin):
+class DaskResult(h.Repeated):
     """One workload over one protocol: its repeats (``{"value": ...}`` and
     extras such as wall-clock figures), or why it has none."""
 
@@ -142,151 +119,12 @@ class DaskResult(RepeatedMixin):
 def ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None:
     """How much faster ``result`` is than its baseline, same workload: the
     ratio of the medians for a rate, its inverse for a time (>1: faster)."""
-    if result.is_baseline or not result.ok:
+    if result.is_baseline:
         return None
-    mine = result.median("value")
-    for other in results:
-        if other.workload == result.workload and other.protocol == result.baseline and other.ok:
-            theirs = other.median("value")
-            if not mine or not theirs:
-                return None
-            return mine / theirs if result.metric.higher_is_better else theirs / mine
-    return None
-
-
-COLUMNS = ("workload", "protocol", "metric", "median (min-max)", "x baseline")
-_LEFT = {"workload", "protocol", "metric"}
-
-
-def _value_cell(r: DaskResult) -> str:
-    fmt = r.metric.fmt
-    median, spread = r.median("value"), r.spread("value")
-    if spread is None or len(r.repeats) < 2:
-        return fmt(median)
-    return f"{fmt(median)} ({fmt(spread[0])}-{fmt(spread[1])})"
-
-
-def table_header(nrepeats: int | None = None) -> str:
-    repeats = f"{nrepeats} repeats" if nrepeats else "the repeats"
-    return (
-        f"median (min-max) over {repeats}, protocols alternating; x baseline: readinto's median over"
-        " tcp's (tls's for readinto-tls)\nin the same workload, inverted for times, so >1 means readinto"
-        " is faster."
+    theirs = h.find_baseline(
+        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
     )
-
-
-def format_table(results: Sequence[DaskResult]) -> str:
-    """The results as an aligned text table, a blank line between workloads
-    and pairs; failures inline; skipped workloads listed at the end with why."""
-    measured = [r for r in results if r.skipped is None]
-    rows: list[list[str]] = []
-    for r in measured:
-        head = [r.workload, r.protocol, r.metric.label]
-        if r.error is not None:
-            first_line = r.error.strip().splitlines()[0] if r.error.strip() else "failed"
-            rows.append(head + [f"FAILED: {first_line}"])
-        else:
-            rows.append(head + [_value_cell(r), _format_ratio(ratio(results, r))])
-    full = [list(COLUMNS)] + [row for row in rows if len(row) == len(COLUMNS)]
-    widths = [max(len(row[i]) for row in full) for i in range(len(COLUMNS))]
-    for row in rows:
-        for i, cell in enumerate(row[:3]):
-            widths[i] = max(widths[i], len(cell))
-
-    def align(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if COLUMNS[i] in _LEFT else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        )
-
-    header = align(COLUMNS)
-    lines = [header, "-" * len(header)]
-    for n, (r, row) in enumerate(zip(measured, rows)):
-        previous = measured[n - 1] if n else None
-        if previous is not None and (previous.workload, previous.baseline) != (r.workload, r.baseline):
-            lines.append("")
-        lines.append(align(row) if len(row) == len(COLUMNS) else align(row[:3]) + "  " + row[3])
-    skipped: dict[str, str] = {}
-    for r in results:
-        if r.skipped is not None:
-            skipped.setdefault(r.workload, r.skipped)
-    if skipped:
-        lines.append("")
-    lines += [f"SKIPPED {workload}: {reason}" for workload, reason in skipped.items()]
-    nrepeats = max((len(r.repeats) for r in measured), default=0)
-    return table_header(nrepeats) + "\n\n" + "\n".join(line.rstrip() for line in lines)
-
-
-def to_json(results: Sequence[DaskResult], meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    out = []
-    for r in results:
-        spread = r.spread("value")
-        out.append(
-            {
-                "workload": r.workload,
-                "protocol": r.protocol,
-                "baseline": r.baseline,
-                "metric": r.metric.label,
-                "higher_is_better": r.metric.higher_is_better,
-                "status": "skipped" if r.skipped is not None else "failed" if r.error is not None else "ok",
-                "skipped": r.skipped,
-                "error": r.error,
-                "repeats": r.repeats,
-                "value": {
-                    "median": r.median("value"),
-                    "min": spread[0] if spread else None,
-                    "max": spread[1] if spread else None,
-                },
-                "x_baseline": ratio(results, r),
-                **r.extra,
-            }
-        )
-    return {"meta": dict(meta or {}), "results": out}
-
-
-def result_from_json(entry: dict[str, Any]) -> DaskResult:
-    """The inverse of one `to_json` entry (for re-plotting saved runs)."""
-    known = {"workload", "protocol", "baseline", "repeats", "skipped", "error"}
-    derived = {"metric", "higher_is_better", "status", "value", "x_baseline"}
-    extra = {k: v for k, v in entry.items() if k not in known | derived}
-    return DaskResult(**{k: entry[k] for k in known if k in entry}, extra=extra)
-
-
-def plot(results: Sequence[DaskResult], path: str) -> None:
-    """One panel per workload and pair: a bar per protocol (median, min-max
-    whiskers), the ratio in the title.  Imports matplotlib only when called."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in results if r.ok]
-    panels = list(dict.fromkeys((r.workload, r.baseline) for r in ok))
-    ncols = min(4, max(1, len(panels)))
-    nrows = max(1, math.ceil(len(panels) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows), squeeze=False)
-    colours = {"tcp": "tab:gray", "tls": "tab:gray", "readinto": "tab:blue", "readinto-tls": "tab:blue"}
-    for ax in axes.flat[len(panels) :]:
-        ax.axis("off")
-    for ax, (workload, baseline) in zip(axes.flat, panels):
-        group = [r for r in ok if (r.workload, r.baseline) == (workload, baseline)]
-        xs = list(range(len(group)))
-        medians = [r.median("value") or 0.0 for r in group]
-        spreads = [r.spread("value") or (m, m) for r, m in zip(group, medians)]
-        errors = [[m - s[0] for m, s in zip(medians, spreads)], [s[1] - m for m, s in zip(medians, spreads)]]
-        ax.bar(xs, medians, yerr=errors, capsize=3, color=[colours.get(r.protocol, "tab:orange") for r in group])
-        ax.set_xticks(xs)
-        ax.set_xticklabels([r.protocol for r in group])
-        ratios = [ratio(results, r) for r in group]
-        title = workload + "".join(f"  {x:.2f}x" for x in ratios if x is not None)
-        ax.set_title(title)
-        metric = METRICS[workload]
-        ax.set_ylabel(metric.label + ("" if metric.higher_is_better else " (lower is better)"))
-        ax.grid(axis="y", alpha=0.3)
-    if not panels:
-        axes[0][0].text(0.5, 0.5, "no results", ha="center", va="center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    return h.median_ratio(result, theirs, "value", lower_is_better=not result.metric.higher_is_better)
 
 
 # -- task functions (run on the workers) ----------------------------------------------------------
@@ -612,9 +450,39 @@ def open_side(
         yield Side(protocol, cluster, client, workers)
 
 
-def alternation(nrepeats: int) -> list[tuple[int, int]]:
-    """(repeat, side) pairs in the order A B B A A B ...: side 0 first on even repeats."""
-    return [(rep, side) for rep in range(nrepeats) for side in ((0, 1) if rep % 2 == 0 else (1, 0))]
+def run_alternating(
+    name: str,
+    protocols: Sequence[str],
+    args: argparse.Namespace,
+    rep: Callable[[int, int, int], dict[str, Any]],
+    record: Callable[[int, int, dict[str, Any]], str],
+    fail: Callable[[int, str], None],
+    progress: Callable[[str], None],
+    failed: set[int] | None = None,
+) -> None:
+    """``--warmup`` untimed repetitions per protocol, then ``--repeat`` timed
+    ones, the protocols alternating (`harness.alternation`): ``rep(side,
+    repetition, n)`` measures (repetition < 0: warm-up), ``record(side,
+    repetition, measured)`` keeps it and says its figures; an exception
+    fails that side (``fail(side, why)``), which then runs no more (nor
+    do the sides in ``failed`` at the start)."""
+    plan = [(-1 - w, s) for w in range(args.warmup) for s in range(len(protocols))] + h.alternation(args.repeat)
+    failed = set() if failed is None else set(failed)
+    for n, (repetition, i) in enumerate(plan, 1):
+        if i in failed:
+            continue
+        started = time.perf_counter()
+        try:
+            measured = rep(i, repetition, n)
+        except Exception as exc:  # noqa: BLE001 - recorded, fails the run
+            failed.add(i)
+            fail(i, f"{type(exc).__name__}: {exc}")
+            progress(f"{name} {protocols[i]}: FAILED {type(exc).__name__}: {exc}")
+            continue
+        figures = record(i, repetition, measured)
+        label = f"rep {repetition + 1}/{args.repeat}" if repetition >= 0 else "warm-up"
+        elapsed = time.perf_counter() - started
+        progress(f"[{n}/{len(plan)}] {name:<8} {protocols[i]:<12} {label:<10} {figures} ({elapsed:.1f}s)")
 
 
 def run_workload(
@@ -623,6 +491,24 @@ def run_workload(
     results = [DaskResult(workload, side.protocol, baseline) for side in sides]
     rep_fn, metric = REPS[workload], METRICS[workload]
     failed: set[int] = set()
+
+    def fail(i: int, why: str) -> None:
+        failed.add(i)
+        results[i].error = why
+
+    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        side = sides[i]
+        if workload in PREPARE_EACH_REP:
+            PREPARE_EACH_REP[workload](side, args, repetition + args.warmup)
+        measured = rep_fn(side, args)
+        _settle(side.client, side.state.get("keep", 0))
+        return measured
+
+    def record(i: int, repetition: int, measured: dict[str, Any]) -> str:
+        if repetition >= 0:
+            results[i].repeats.append(measured)
+        return f"{metric.fmt(measured['value'])} {metric.label}"
+
     try:
         for i, side in enumerate(sides):
             if workload in PREPARE:
@@ -630,31 +516,10 @@ def run_workload(
                     PREPARE[workload](side, args, -1)
                     side.state["keep"] = _steady_task_count(side.client)
                 except Exception as exc:  # noqa: BLE001 - recorded, fails the run
-                    failed.add(i)
-                    results[i].error = f"preparing: {type(exc).__name__}: {exc}"
+                    fail(i, f"preparing: {type(exc).__name__}: {exc}")
                     progress(f"{workload} {side.protocol}: FAILED {results[i].error}")
-        plan = [(-1 - w, s) for w in range(args.warmup) for s in (0, 1)] + alternation(args.repeat)
-        for n, (rep, i) in enumerate(plan, 1):
-            if i in failed:
-                continue
-            side, started = sides[i], time.perf_counter()
-            try:
-                if workload in PREPARE_EACH_REP:
-                    PREPARE_EACH_REP[workload](side, args, rep + args.warmup)
-                measured = rep_fn(side, args)
-                _settle(side.client, side.state.get("keep", 0))
-            except Exception as exc:  # noqa: BLE001 - recorded, fails the run
-                failed.add(i)
-                results[i].error = f"{type(exc).__name__}: {exc}"
-                progress(f"{workload} {side.protocol}: FAILED {results[i].error}")
-                continue
-            if rep >= 0:
-                results[i].repeats.append(measured)
-            label = f"rep {rep + 1}/{args.repeat}" if rep >= 0 else "warm-up"
-            progress(
-                f"[{n}/{len(plan)}] {workload:<8} {side.protocol:<12} {label:<10}"
-                f" {metric.fmt(measured['value'])} {metric.label} ({time.perf_counter() - started:.1f}s)"
-            )
+        protocols = [side.protocol for side in sides]
+        run_alternating(workload, protocols, args, rep, record, fail, progress, failed)
     finally:
         for side in sides:
             side.state.clear()
@@ -736,153 +601,31 @@ def run_busy_worker(
     baseline = protocols[0]
     rows = ROWS["busy-worker"]
     results = {(row, p): DaskResult(row, p, baseline) for p in protocols for row in rows}
-    failed: set[int] = set()
-    plan = [(-1 - w, s) for w in range(args.warmup) for s in (0, 1)] + alternation(args.repeat)
-    for n, (rep, i) in enumerate(plan, 1):
-        if i in failed:
-            continue
-        protocol, started = protocols[i], time.perf_counter()
-        try:
-            with open_side(protocol, security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS) as side:
-                measured = rep_busy_worker(side, args, fill=n)
-        except Exception as exc:  # noqa: BLE001 - recorded, fails the run
-            failed.add(i)
+
+    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        with open_side(protocols[i], security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS) as side:
+            return rep_busy_worker(side, args, fill=n)
+
+    def record(i: int, repetition: int, measured: dict[str, Any]) -> str:
+        if repetition >= 0:
             for row in rows:
-                results[row, protocol].error = f"{type(exc).__name__}: {exc}"
-            progress(f"busy-worker {protocol}: FAILED {type(exc).__name__}: {exc}")
-            continue
-        if rep >= 0:
-            for row in rows:
-                results[row, protocol].repeats.append(measured[row])
-        label = f"rep {rep + 1}/{args.repeat}" if rep >= 0 else "warm-up"
+                results[row, protocols[i]].repeats.append(measured[row])
         rpc, fetch = (measured[row]["value"] for row in rows)
-        figures = f"{format_rate(rpc)} RPC/s, fetch {format_seconds(fetch)}"
-        progress(
-            f"[{n}/{len(plan)}] busy-worker {protocol:<12} {label:<10} {figures} ({time.perf_counter() - started:.1f}s)"
-        )
+        return f"{h.format_rate(rpc)} RPC/s, fetch {h.format_seconds(fetch)}"
+
+    def fail(i: int, why: str) -> None:
+        for row in rows:
+            results[row, protocols[i]].error = why
+
+    run_alternating("busy-worker", protocols, args, rep, record, fail, progress)
     return [results[row, p] for row in rows for p in protocols]
 
 
-# -- command line ---------------------------------------------------------------------------------
+# -- the suite ------------------------------------------------------------------------------------
 
 
-_workload_name = _choice("workload", WORKLOADS)
-_pair_name = _choice("pair", PAIRS)
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.dask", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument(
-        "--workload",
-        type=_csv(_workload_name),
-        default=list(WORKLOADS),
-        help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer,busy-worker)",
-    )
-    p.add_argument(
-        "--pair",
-        type=_csv(_pair_name),
-        default=list(PAIRS),
-        help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both",
-    )
-    p.add_argument("--repeat", type=_positive_int, default=5, help="timed repeats per protocol (default: 5)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
-    p.add_argument("--rpc", type=_positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")
-    p.add_argument("--tasks", type=_positive_int, default=20_000, help="trivial tasks per repeat (default: 20000)")
-    p.add_argument("--chain", type=_positive_int, default=1000, help="tasks in the dependent chain (default: 1000)")
-    p.add_argument(
-        "--transfer-size",
-        type=parse_size,
-        default=parse_size("64MiB"),
-        help="bytes per transferred array (default: 64MiB)",
-    )
-    p.add_argument("--transfer-count", type=_positive_int, default=8, help="arrays per repeat (default: 8)")
-    p.add_argument(
-        "--full-size",
-        type=parse_size,
-        default=parse_size("1GiB"),
-        help="the (x + x.T).sum() array, about (default: 1GiB)",
-    )
-    p.add_argument(
-        "--full-chunk", type=parse_size, default=parse_size("64MiB"), help="its chunks, about (default: 64MiB)"
-    )
-    p.add_argument(
-        "--rechunk-size",
-        type=parse_size,
-        default=parse_size("256MiB"),
-        help="the P2P-rechunked array, about (default: 256MiB)",
-    )
-    p.add_argument("--shuffle-rows", type=_positive_int, default=2_000_000, help="rows shuffled (default: 2000000)")
-    p.add_argument("--shuffle-partitions", type=_positive_int, default=16, help="partitions (default: 16)")
-    p.add_argument(
-        "--busy-rpc",
-        type=_positive_int,
-        default=100,
-        help="busy-worker: direct RPCs to the busy worker per repeat (default: 100)",
-    )
-    p.add_argument(
-        "--busy-size",
-        type=parse_size,
-        default=parse_size("64MiB"),
-        help="busy-worker: bytes of the array fetched from it (default: 64MiB)",
-    )
-    p.add_argument(
-        "--event-loop",
-        choices=("asyncio", "tornado", "uvloop"),
-        default="tornado",
-        help="distributed.admin.event-loop for every process (default: tornado, dask's default)",
-    )
-    p.add_argument(
-        "--busy-poll",
-        metavar="DURATION",
-        help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us (default: the package's)",
-    )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
-    p.add_argument("--json", metavar="PATH", help="write all results as JSON")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
-    args = p.parse_args(argv)  # fmt: skip
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
-    if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
-        p.error("sizes too small")
-    return args
-
-
-def _meta(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    import dask
-    import distributed
-
-    meta = run_meta(argv)
-    meta.update(
-        {
-            "dask": dask.__version__,
-            "distributed": distributed.__version__,
-            "n_workers": 2,
-            "threads_per_worker": 1,
-            "repeat": args.repeat,
-            "warmup": args.warmup,
-            "event_loop": args.event_loop,
-            "busy_poll": args.busy_poll,
-            "sizes": {
-                "rpc": args.rpc,
-                "tasks": args.tasks,
-                "chain": args.chain,
-                "transfer": f"{args.transfer_count} x {format_size(args.transfer_size)}",
-                "full": format_size(args.full_size),
-                "full_chunk": format_size(args.full_chunk),
-                "rechunk": format_size(args.rechunk_size),
-                "shuffle_rows": args.shuffle_rows,
-                "busy_rpc": args.busy_rpc,
-                "busy_size": format_size(args.busy_size),
-            },
-            "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
-        }
-    )
-    return meta
-
-
-def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
+def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
+    """Every pair's workloads: the shared clusters first, then busy-worker's fresh ones."""
     import dask
 
     results: list[DaskResult] = []
@@ -924,27 +667,185 @@ def run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskR
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    # P2P logs every shuffle's start and end at WARNING from the scheduler (in
-    # this process): one pair per rechunk/shuffle repetition, not news.
-    logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
 
-    results = run(args, progress)
-    return finish_run(
-        results,
-        format_table(results),
-        json_path=args.json,
-        to_json=lambda: to_json(results, _meta(args, argv)),
-        plot_path=args.plot,
-        plot=plot,
-        what="workload",
+class DaskSuite(h.TableSuite[str, DaskResult]):
+    name = "dask"
+    summary = "end-to-end dask.distributed workloads on real clusters: readinto:// vs tcp://, readinto-tls:// vs tls://"
+    description = __doc__ or ""
+    result_type = DaskResult
+    summaries = ("value",)
+    repeat_default = 5
+    rounds = False  # the protocols alternate repetition by repetition instead
+    what = "workload"
+    ratios = (h.Ratio("x baseline", "x_baseline", lambda results, r: h.one(ratio(results, r))),)
+    columns = (
+        h.field("workload", lambda r: r.workload),
+        h.field("protocol", lambda r: r.protocol),
+        h.field("metric", lambda r: r.metric.label),
+        h.Column("median (min-max)", lambda results, r: h.format_spread(r.values("value"), r.metric.fmt)),
     )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--workload",
+            type=h.csv(h.choice("workload", WORKLOADS)),
+            default=list(WORKLOADS),
+            help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer,busy-worker)",
+        )
+        p.add_argument(
+            "--pair",
+            type=h.csv(h.choice("pair", PAIRS)),
+            default=list(PAIRS),
+            help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both",
+        )
+        p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
+        p.add_argument("--rpc", type=h.positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")
+        p.add_argument("--tasks", type=h.positive_int, default=20_000, help="trivial tasks per repeat (default: 20000)")
+        p.add_argument(
+            "--chain", type=h.positive_int, default=1000, help="tasks in the dependent chain (default: 1000)"
+        )
+        p.add_argument(
+            "--transfer-size",
+            type=h.parse_size,
+            default=h.parse_size("64MiB"),
+            help="bytes per transferred array (default: 64MiB)",
+        )
+        p.add_argument("--transfer-count", type=h.positive_int, default=8, help="arrays per repeat (default: 8)")
+        p.add_argument(
+            "--full-size",
+            type=h.parse_size,
+            default=h.parse_size("1GiB"),
+            help="the (x + x.T).sum() array, about (default: 1GiB)",
+        )
+        p.add_argument(
+            "--full-chunk", type=h.parse_size, default=h.parse_size("64MiB"), help="its chunks, about (default: 64MiB)"
+        )
+        p.add_argument(
+            "--rechunk-size",
+            type=h.parse_size,
+            default=h.parse_size("256MiB"),
+            help="the P2P-rechunked array, about (default: 256MiB)",
+        )
+        p.add_argument(
+            "--shuffle-rows", type=h.positive_int, default=2_000_000, help="rows shuffled (default: 2000000)"
+        )
+        p.add_argument("--shuffle-partitions", type=h.positive_int, default=16, help="partitions (default: 16)")
+        p.add_argument(
+            "--busy-rpc",
+            type=h.positive_int,
+            default=100,
+            help="busy-worker: direct RPCs to the busy worker per repeat (default: 100)",
+        )
+        p.add_argument(
+            "--busy-size",
+            type=h.parse_size,
+            default=h.parse_size("64MiB"),
+            help="busy-worker: bytes of the array fetched from it (default: 64MiB)",
+        )
+        p.add_argument(
+            "--event-loop",
+            choices=("asyncio", "tornado", "uvloop"),
+            default="tornado",
+            help="distributed.admin.event-loop for every process (default: tornado, dask's default)",
+        )
+        p.add_argument(
+            "--busy-poll",
+            metavar="DURATION",
+            help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us (default: the package's)",
+        )
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
+
+    def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+        if args.warmup < 0:
+            p.error("--warmup must be >= 0")
+        if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
+            p.error("sizes too small")
+
+    def run_cases(self, args: argparse.Namespace) -> list[DaskResult]:
+        # P2P logs every shuffle's start and end at WARNING from the scheduler (in
+        # this process): one pair per rechunk/shuffle repetition, not news.
+        logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
+        return _run(args, _progress)
+
+    def legend(self, nrepeats: int) -> str:
+        repeats = f"{nrepeats} repeats" if nrepeats else "the repeats"
+        return (
+            f"median (min-max) over {repeats}, protocols alternating; x baseline: readinto's median over"
+            " tcp's (tls's for readinto-tls)\nin the same workload, inverted for times, so >1 means readinto"
+            " is faster."
+        )
+
+    def label(self, r: DaskResult) -> str:
+        return f"{r.workload} {r.protocol}"
+
+    def group(self, r: DaskResult) -> Hashable:
+        return (r.workload, r.baseline)
+
+    def skip_label(self, r: DaskResult) -> str:
+        return r.workload
+
+    def describe(self, r: DaskResult) -> dict[str, Any]:
+        return {"metric": r.metric.label, "higher_is_better": r.metric.higher_is_better}
+
+    def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+        import dask
+        import distributed
+
+        return {
+            **super().meta(args, argv),
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "n_workers": 2,
+            "threads_per_worker": 1,
+            "warmup": args.warmup,
+            "event_loop": args.event_loop,
+            "busy_poll": args.busy_poll,
+            "sizes": {
+                "rpc": args.rpc,
+                "tasks": args.tasks,
+                "chain": args.chain,
+                "transfer": f"{args.transfer_count} x {h.format_size(args.transfer_size)}",
+                "full": h.format_size(args.full_size),
+                "full_chunk": h.format_size(args.full_chunk),
+                "rechunk": h.format_size(args.rechunk_size),
+                "shuffle_rows": args.shuffle_rows,
+                "busy_rpc": args.busy_rpc,
+                "busy_size": h.format_size(args.busy_size),
+            },
+            "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
+        }
+
+    def plot(self, results: Sequence[DaskResult], path: str) -> None:
+        """One panel per workload and pair: a bar per protocol (median, min-max
+        whiskers), the ratio in the title."""
+        ok = [r for r in results if r.ok]
+        panels = list(dict.fromkeys((r.workload, r.baseline) for r in ok))
+        ncols = min(4, max(1, len(panels)))
+        nrows = max(1, math.ceil(len(panels) / ncols))
+        colours = {"tcp": "tab:gray", "tls": "tab:gray", "readinto": "tab:blue", "readinto-tls": "tab:blue"}
+        with plots.figure(path, nrows, ncols, (3.4 * ncols, 3.2 * nrows)) as (fig, axes):
+            for ax in axes.flat[len(panels) :]:
+                ax.axis("off")
+            for ax, (workload, baseline) in zip(axes.flat, panels):
+                group = [r for r in ok if (r.workload, r.baseline) == (workload, baseline)]
+                for x, r in enumerate(group):
+                    plots.bars(ax, [(x, r)], "value", 0.8, color=colours.get(r.protocol, "tab:orange"))
+                ax.set_xticks(range(len(group)))
+                ax.set_xticklabels([r.protocol for r in group])
+                ratios = [ratio(results, r) for r in group]
+                ax.set_title(workload + "".join(f"  {x:.2f}x" for x in ratios if x is not None))
+                metric = METRICS[workload]
+                ax.set_ylabel(metric.label + ("" if metric.higher_is_better else " (lower is better)"))
+                ax.grid(axis="y", alpha=0.3)
+            if not panels:
+                plots.no_results(axes[0][0])
+
+
+SUITE = DaskSuite()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(SUITE.main())

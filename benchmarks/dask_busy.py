@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any
 
+from benchmarks.harness.cpu import thread_cpu_s
+
 _stop = threading.Event()
 _lock = threading.Lock()
 _spinning = 0
@@ -49,7 +51,7 @@ def spin(timeout_s: float) -> dict[str, Any]:
         "stopped": _stop.is_set(),
         "rounds": n,
         "spun_s": time.monotonic() - started,
-        "thread_cpu_s": time.thread_time(),
+        "thread_cpu_s": thread_cpu_s(),
     }
 
 

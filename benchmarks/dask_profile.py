@@ -2,8 +2,10 @@
 small RPC and of one large worker-to-worker transfer, for ``tcp://`` and
 ``readinto://`` (or ``tls://`` and ``readinto-tls://``).
 
-    python -m benchmarks.dask_profile                         # tcp pair, 64 MiB
-    python -m benchmarks.dask_profile --pair tls --json profile.json
+    python -m benchmarks dask_profile                         # tcp pair, 64 MiB
+    python -m benchmarks dask_profile --pair tls --json profile.json
+
+(``python -m benchmarks.dask_profile`` runs the same.)
 
 Each protocol gets its own ``LocalCluster`` (``n_workers=2,
 threads_per_worker=1, processes=True``, as in ``benchmarks.dask``), in turn.
@@ -11,7 +13,7 @@ threads_per_worker=1, processes=True``, as in ``benchmarks.dask``), in turn.
 * **RPC**: ``client.scheduler.identity()`` round trips.  Client and scheduler
   share one process, as ``LocalCluster`` runs them, so "each side" is that
   one process.  Reported per RPC: wall time (an unsampled loop), the process's
-  CPU time and context switches (``getrusage``), syscalls by name
+  CPU time and context switches (``harness.cpu.process_usage``), syscalls by name
   (``strace -c``, when ``strace`` is installed; a separate, slowed-down loop
   whose counts, not times, are used), and py-spy's native samples split into
   the categories below.
@@ -47,10 +49,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -62,10 +62,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
 if __package__ in (None, ""):  # pragma: no cover - see benchmarks.dask
-    sys.exit("run this benchmark as a module: python -m benchmarks.dask_profile")
+    sys.exit("run this benchmark as a module: python -m benchmarks dask_profile")
 
-from benchmarks.dask import PAIRS, check, checksum, make_array, make_security, open_side
-from benchmarks.report import parse_size
+from benchmarks import harness as h
+from benchmarks.dask import PAIRS, checksum, make_array, make_security, open_side
+from benchmarks.harness import check
+from benchmarks.harness.cpu import process_usage
 
 #: Sample categories, in the order of the tables.
 CATEGORIES = ("syscalls", "tls", "serialization", "libc", "comm (Python)", "event loop", "task", "dask")
@@ -196,12 +198,6 @@ def syscalls_counted(pids: Sequence[int]) -> Iterator[dict[int, Counter[str]]]:
                 out[pid][m.group(2)] += int(m.group(1))
 
 
-def rusage() -> dict[str, float]:
-    """This process's CPU seconds, minor faults and context switches."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return {"user": r.ru_utime, "sys": r.ru_stime, "minflt": r.ru_minflt, "nvcsw": r.ru_nvcsw, "nivcsw": r.ru_nivcsw}
-
-
 def _delta(after: dict[str, float], before: dict[str, float], n: int) -> dict[str, float]:
     return {k: (after[k] - before[k]) / n for k in after}
 
@@ -211,12 +207,12 @@ def first_touch(nbytes: int) -> dict[str, Any]:
     zeroing + the write) and a second time (the write alone)."""
     import numpy as np
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    before = process_usage()["minflt"]
     buf = np.empty(nbytes, dtype=np.uint8)
     started = time.perf_counter()
     buf.fill(1)
     first = time.perf_counter() - started
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    faults = process_usage()["minflt"] - before
     started = time.perf_counter()
     buf.fill(2)
     second = time.perf_counter() - started
@@ -235,9 +231,9 @@ def profile_rpc(side: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     client.sync(loop, 200)  # warm
     walls = [client.sync(loop, args.rpc) / args.rpc for _ in range(3)]
-    before = rusage()
+    before = process_usage()
     client.sync(loop, args.rpc)
-    cpu = _delta(rusage(), before, args.rpc)
+    cpu = _delta(process_usage(), before, args.rpc)
     with sampled([os.getpid()], args.rate) as samples:
         client.sync(loop, args.rpc)
     with syscalls_counted([os.getpid()]) as calls:
@@ -272,11 +268,11 @@ def profile_transfer(side: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     consume(make_arrays(1000))  # warm-up: connections made, code paths hot
     arrays = make_arrays(0)
-    before = client.run(rusage)
+    before = client.run(process_usage)
     started = time.perf_counter()
     values = consume(arrays)
     elapsed = time.perf_counter() - started
-    after = client.run(rusage)
+    after = client.run(process_usage)
     n = size // 8
     for i, (shape, total) in enumerate(values):
         check(shape == (n,) and total == float(i) * n, f"array {i}: shape {shape}, sum {total}")
@@ -493,47 +489,49 @@ def format_report(results: dict[str, dict[str, Any]], args: argparse.Namespace) 
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.dask_profile",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--pair", choices=sorted(PAIRS), default="tcp", help="tcp (default) or tls")
-    p.add_argument("--rpc", type=int, default=3000, help="RPC round trips per measurement (default: 3000)")
-    p.add_argument("--strace-rpc", type=int, default=300, help="RPC round trips counted under strace (default: 300)")
-    p.add_argument("--size", type=parse_size, default=64 << 20, help="bytes per transferred array (default: 64MiB)")
-    p.add_argument("--count", type=int, default=8, help="arrays transferred (default: 8)")
-    p.add_argument("--tasks", type=int, default=5000, help="trivial tasks (default: 5000)")
-    p.add_argument("--hops", type=int, default=300, help="tasks in the dependent chain (default: 300)")
-    p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per step (default: 300)")
-    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
-    return p.parse_args(argv)
+class DaskProfileSuite(h.Suite):
+    """Not a table of cases: one profile report per protocol of a pair."""
+
+    name = "dask_profile"
+    summary = "where a dask message spends its time: py-spy, strace and dask's own logs, tcp:// vs readinto://"
+    description = __doc__ or ""
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--pair", choices=sorted(PAIRS), default="tcp", help="tcp (default) or tls")
+        p.add_argument("--rpc", type=int, default=3000, help="RPC round trips per measurement (default: 3000)")
+        p.add_argument(
+            "--strace-rpc", type=int, default=300, help="RPC round trips counted under strace (default: 300)"
+        )
+        p.add_argument(
+            "--size", type=h.parse_size, default=64 << 20, help="bytes per transferred array (default: 64MiB)"
+        )
+        p.add_argument("--count", type=int, default=8, help="arrays transferred (default: 8)")
+        p.add_argument("--tasks", type=int, default=5000, help="trivial tasks (default: 5000)")
+        p.add_argument("--hops", type=int, default=300, help="tasks in the dependent chain (default: 300)")
+        p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds per step (default: 300)")
+        p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+
+    def run(self, args: argparse.Namespace, argv: Sequence[str]) -> int:
+        results: dict[str, dict[str, Any]] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            security = make_security(tmp) if args.pair == "tls" else None
+            for protocol in PAIRS[args.pair]:
+                with open_side(protocol, security, args) as side:
+                    steps = {"rpc": profile_rpc, "transfer": profile_transfer, "chain": profile_chain,
+                             "tasks": profile_tasks}  # fmt: skip
+                    results[protocol] = {}
+                    for step, profile in steps.items():
+                        print(f"{protocol}: {step}...", file=sys.stderr, flush=True)
+                        results[protocol][step] = profile(side, args)
+        print(format_report(results, args))
+        if args.json:
+            h.write_json(args.json, {"args": {k: v for k, v in vars(args).items() if k != "json"}, "results": results})
+        return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        security = make_security(tmp) if args.pair == "tls" else None
-        for protocol in PAIRS[args.pair]:
-            with open_side(protocol, security, args) as side:
-                print(f"{protocol}: RPC...", file=sys.stderr, flush=True)
-                rpc = profile_rpc(side, args)
-                print(f"{protocol}: transfer...", file=sys.stderr, flush=True)
-                transfer = profile_transfer(side, args)
-                print(f"{protocol}: chain...", file=sys.stderr, flush=True)
-                chain = profile_chain(side, args)
-                print(f"{protocol}: tasks...", file=sys.stderr, flush=True)
-                tasks = profile_tasks(side, args)
-                results[protocol] = {"rpc": rpc, "transfer": transfer, "chain": chain, "tasks": tasks}
-    print(format_report(results, args))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "results": results}, f, indent=1)
-    return 0
+SUITE = DaskProfileSuite()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(SUITE.main())

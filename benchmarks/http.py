@@ -1,11 +1,15 @@
 """HTTP A/B benchmark: stock Tornado against ``tornado_readinto.install()``.
 
-Run ``python -m benchmarks.http`` (``--help`` for options).  For each
-implementation the same `tornado.web.Application` is served by a server in its
-own process (``install()`` is called there first for ``readinto``); a load
-generator in another process drives it, and the server's CPU time (utime +
-stime from ``/proc/<pid>/stat``) over each case is divided by the requests
-served.
+    python -m benchmarks http                          # every case, both implementations
+    python -m benchmarks http --rounds 5 --json http.json
+    python -m benchmarks http --rounds 5 --loop uvloop --cases hello,download
+
+(``python -m benchmarks.http`` runs the same.)  For each implementation the
+same `tornado.web.Application` is served by a server in its own process
+(``python -m benchmarks.impls http-server``; ``install()`` is called there
+first for ``readinto``); a load generator in another process drives it, and
+the server's CPU time over each case (``benchmarks.harness.cpu``) is
+divided by the requests served.
 
 Cases:
 
@@ -19,11 +23,11 @@ Cases:
 
 The load generator for ``hello`` and ``download`` is ``wrk`` when it is on
 PATH (Debian package ``wrk``), otherwise a small asyncio keep-alive client
-(``--load-generator builtin`` forces it).  Bodies are uploaded from one
-blocking socket with ``sendall`` of a buffer made before the timed window, so
-the client copies nothing in user space and the server is what is measured.
-The table gives requests/s, MiB/s, server CPU per request, and the ratio of
-``readinto`` to ``stock``.
+(``python -m benchmarks.impls http-load``; ``--load-generator builtin``
+forces it).  Bodies are uploaded from one blocking socket with ``sendall``
+of a buffer made before the timed window, so the client copies nothing in
+user space and the server is what is measured.  The table gives requests/s,
+MiB/s, server CPU per request, and the ratios of ``readinto`` to ``stock``.
 
 The keep-alive cases (``hello``, ``download``) serve both implementations at
 once, each from its own process, and drive them in turns of one second
@@ -42,457 +46,240 @@ are taken within each round (side by side) before their median and spread.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import json
-import os
-import re
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+import tempfile
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-MiB = 1024 * 1024
+from benchmarks import harness as h
+from benchmarks.impls._http import CASES, DOWNLOAD_CONNECTIONS, KEEPALIVE_CASES, MiB, run_wrk
+
 IMPLS = ("stock", "readinto")
-CASES = ("hello", "post", "put", "download")
-KEEPALIVE_CASES = ("hello", "download")
-DOWNLOAD_CONNECTIONS = 4
-
-
-# -- server ------------------------------------------------------------------------
-
-
-def serve(impl: str, body_nbytes: int, download_nbytes: int, loop_name: str = "asyncio") -> None:
-    """Serve the benchmark application on 127.0.0.1 (ephemeral port, printed
-    as one line on stdout) until stdin closes, on asyncio's default event
-    loop or on uvloop (``loop_name``)."""
-    from tornado import web
-    from tornado.httpserver import HTTPServer
-    from tornado.ioloop import IOLoop
-    from tornado.netutil import bind_sockets
-
-    if impl == "readinto":
-        import tornado_readinto
-
-        tornado_readinto.install()
-    elif impl != "stock":
-        raise SystemExit(f"unknown impl {impl!r}")
-
-    payload = b"x" * download_nbytes
-
-    class Hello(web.RequestHandler):
-        def get(self) -> None:
-            self.write("Hello, world")
-
-    class Post(web.RequestHandler):
-        def post(self) -> None:
-            self.write(str(len(self.request.body)))
-
-    @web.stream_request_body
-    class Put(web.RequestHandler):
-        def prepare(self) -> None:
-            self.received = 0
-
-        def data_received(self, chunk: bytes) -> None:
-            self.received += len(chunk)
-
-        def put(self) -> None:
-            self.write(str(self.received))
-
-    class Download(web.RequestHandler):
-        def get(self) -> None:
-            self.write(payload)
-
-    app = web.Application([("/", Hello), ("/post", Post), ("/put", Put), ("/download", Download)])
-
-    async def main() -> None:
-        limit = body_nbytes + MiB
-        sockets = bind_sockets(0, address="127.0.0.1")
-        # HTTPServer(...) is what install() configures (Application.listen too)
-        server = HTTPServer(app, max_body_size=limit, max_buffer_size=limit)
-        server.add_sockets(sockets)
-        port = sockets[0].getsockname()[1]
-        loop = asyncio.get_running_loop()
-        print(port, type(server).__name__, type(loop).__module__.partition(".")[0], flush=True)
-        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes it
-        server.stop()
-
-    if loop_name == "uvloop":
-        import uvloop
-
-        event_loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    elif loop_name == "asyncio":
-        event_loop = asyncio.new_event_loop()
-    else:
-        raise SystemExit(f"unknown event loop {loop_name!r}")
-    asyncio.set_event_loop(event_loop)
-    IOLoop.current().run_sync(main)
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (Linux ``/proc``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is the state (field 3); utime and stime are fields 14 and 15
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-# -- built-in load generator ---------------------------------------------------------
-
-
-def _content_length(head: bytes) -> int:
-    """The Content-Length of a 200 response head.
-
-    :raises RuntimeError: another status, or no Content-Length.
-    """
-    match = re.search(rb"(?i)\r?\ncontent-length:\s*(\d+)", head)
-    if not head.startswith(b"HTTP/1.1 200") or match is None:
-        raise RuntimeError(f"unexpected response: {head[:200]!r}")
-    return int(match.group(1))
-
-
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    nbytes = _content_length(await reader.readuntil(b"\r\n\r\n"))
-    await reader.readexactly(nbytes)
-    return nbytes
-
-
-async def _keepalive(port: int, path: str, connections: int, duration: float) -> dict[str, float]:
-    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
-    deadline = time.perf_counter() + duration
-    counts = [0] * connections
-    nbytes = [0] * connections
-
-    async def one(i: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-        try:
-            while time.perf_counter() < deadline:
-                writer.write(request)
-                nbytes[i] += await _read_response(reader)
-                counts[i] += 1
-        finally:
-            writer.close()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(connections)))
-    return {"requests": sum(counts), "seconds": time.perf_counter() - start, "nbytes": sum(nbytes)}
-
-
-#: Bodies are sent in pieces of this size, all from one buffer that stays in
-#: the CPU cache, so the client's own copy into the kernel is as cheap as it
-#: can be and the server is what is measured.
-UPLOAD_PIECE_NBYTES = MiB
-
-
-def _upload(port: int, method: str, path: str, body_nbytes: int, repeat: int) -> dict[str, float]:
-    """Send ``repeat`` bodies over one keep-alive connection, each answered
-    before the next, with blocking ``sendall`` calls of one
-    `UPLOAD_PIECE_NBYTES` buffer (asyncio's transport would first copy each
-    body into a buffer of its own: the client would be the bottleneck)."""
-    piece = memoryview(bytearray(min(body_nbytes, UPLOAD_PIECE_NBYTES)))
-    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {body_nbytes}\r\n\r\n".encode()
-    with socket.create_connection(("127.0.0.1", port)) as sock, sock.makefile("rb") as reader:
-        start = time.perf_counter()
-        for _ in range(repeat):
-            sock.sendall(head)
-            for offset in range(0, body_nbytes, len(piece)):
-                sock.sendall(piece[: body_nbytes - offset])
-            lines = []
-            while True:
-                line = reader.readline()
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                lines.append(line)
-            reader.read(_content_length(b"".join(lines)))
-        seconds = time.perf_counter() - start
-    return {"requests": repeat, "seconds": seconds, "nbytes": repeat * body_nbytes}
-
-
-def load(case: str, port: int, args: argparse.Namespace) -> dict[str, float]:
-    """Run one case's load (in this process) and return its counts."""
-    if case == "hello":
-        coro = _keepalive(port, "/", args.connections, args.duration)
-    elif case == "download":
-        coro = _keepalive(port, "/download", DOWNLOAD_CONNECTIONS, args.duration)
-    elif case == "post":
-        return _upload(port, "POST", "/post", args.body_mib * MiB, args.repeat)
-    elif case == "put":
-        return _upload(port, "PUT", "/put", args.body_mib * MiB, args.repeat)
-    else:
-        raise SystemExit(f"unknown case {case!r}")
-    return asyncio.run(coro)
-
-
-def run_wrk(port: int, path: str, connections: int, duration: float, response_nbytes: int = 0) -> dict[str, float]:
-    """Drive GET ``path`` with ``wrk`` (keep-alive; one thread per core, at
-    most one per connection); ``nbytes`` counts ``response_nbytes`` per
-    request."""
-    threads = min(connections, os.cpu_count() or 1)
-    out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s", f"http://127.0.0.1:{port}{path}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    match = re.search(r"(\d+) requests in ([\d.]+)(m?s)", out)
-    if match is None:
-        raise RuntimeError(f"cannot parse wrk output:\n{out}")
-    seconds = float(match.group(2)) / (1000 if match.group(3) == "ms" else 1)
-    requests = int(match.group(1))
-    return {"requests": requests, "seconds": seconds, "nbytes": requests * response_nbytes}
-
-
-# -- driver ----------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    impl: str
-    case: str
-    generator: str
-    requests: int
-    seconds: float
-    nbytes: int
-    server_cpu_s: float
-    round: int = 0
-
-    @property
-    def requests_per_s(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
-
-    @property
-    def mib_per_s(self) -> float:
-        return self.nbytes / MiB / self.seconds if self.seconds else 0.0
-
-    @property
-    def cpu_us_per_request(self) -> float:
-        return self.server_cpu_s / self.requests * 1e6 if self.requests else 0.0
-
 
 #: Keep-alive cases alternate the implementations in bursts of this many
 #: seconds (the servers of both stay up for the whole case), so that slow
 #: and fast spells of a shared machine fall on both alike.
 KEEPALIVE_BURST_S = 1.0
 
-
-@contextlib.contextmanager
-def _server(impl: str, args: argparse.Namespace) -> Iterator[tuple[subprocess.Popen, int]]:
-    """A benchmark server for ``impl`` in its own process: (process, port)."""
-    me = [sys.executable, "-m", "benchmarks.http"]
-    sizes = ["--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib), "--loop", args.loop]
-    server = subprocess.Popen([*me, "--serve", impl, *sizes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None and server.stdin is not None
-        port_s, server_class, loop_module = server.stdout.readline().split()
-        expected = "ReadIntoHTTPServer" if impl == "readinto" else "HTTPServer"
-        if (server_class, loop_module) != (expected, args.loop):
-            raise RuntimeError(
-                f"{impl} server runs {server_class} on {loop_module}, expected {expected} on {args.loop}"
-            )
-        yield server, int(port_s)
-    finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+#: Metrics of every round (one repeat per round).
+METRICS = ("requests_per_s", "mib_per_s", "cpu_us_per_request")
 
 
-def _uses_wrk(case: str, args: argparse.Namespace) -> bool:
-    return case in ("hello", "download") and args.load_generator != "builtin" and shutil.which("wrk") is not None
+@dataclass
+class Result(h.Repeated):
+    """One case of one implementation: a repeat per round (``requests``,
+    ``seconds``, ``nbytes``, ``server_cpu_s``, ``round`` and `METRICS`)."""
+
+    impl: str
+    case: str
+    generator: str
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _drive(case: str, port: int, args: argparse.Namespace, duration: float) -> dict[str, float]:
-    """Run ``case``'s load against ``port`` for ``duration`` seconds (keep-alive
-    cases) from another process; return its counts."""
-    if _uses_wrk(case, args) and case == "hello":
-        return run_wrk(port, "/", args.connections, duration)
-    if _uses_wrk(case, args):
-        return run_wrk(port, "/download", DOWNLOAD_CONNECTIONS, duration, args.download_mib * MiB)
-    generator_args = [
-        *("--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)),
-        *("--connections", str(args.connections), "--duration", str(duration), "--repeat", str(args.repeat)),
-    ]
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.http", "--load", case, "--port", str(port), *generator_args],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
+def measured(round_index: int, counts: dict[str, float], cpu_s: float) -> dict[str, Any]:
+    """One round's repeat: the load's counts, the server's CPU and the metrics."""
+    requests, seconds, nbytes = int(counts["requests"]), float(counts["seconds"]), int(counts["nbytes"])
+    return {
+        "round": round_index,
+        "requests": requests,
+        "seconds": seconds,
+        "nbytes": nbytes,
+        "server_cpu_s": cpu_s,
+        "requests_per_s": requests / seconds if seconds else 0.0,
+        "mib_per_s": nbytes / MiB / seconds if seconds else 0.0,
+        "cpu_us_per_request": cpu_s / requests * 1e6 if requests else 0.0,
+    }
 
 
-def run_case(impl: str, case: str, args: argparse.Namespace, round_index: int = 0) -> Result:
-    """Start a server for ``impl``, drive ``case`` against it from another
-    process and measure the server's CPU time over the run."""
-    with _server(impl, args) as (server, port):
-        cpu0 = cpu_seconds(server.pid)
-        counts = _drive(case, port, args, args.duration)
-        cpu = cpu_seconds(server.pid) - cpu0
-    return _result(impl, case, args, round_index, counts, cpu)
+def round_ratios(results: Sequence[Result], result: Result, metric: str, lower_is_better: bool = False) -> list[float]:
+    """Per round: ``result``'s ``metric`` over stock's in the same case and
+    round (inverted if lower is better, so >1: ``result`` does better)."""
+    stock = h.find_baseline(results, result, lambda r: r.impl == "stock", lambda r: r.case)
+    return h.paired_ratios(result, stock, metric, lower_is_better=lower_is_better)
 
 
-def run_keepalive_case(impls: list[str], case: str, args: argparse.Namespace, round_index: int = 0) -> list[Result]:
-    """Serve every implementation at once and drive ``case`` against them in
-    turns of `KEEPALIVE_BURST_S` (the order reversed every turn) until each
-    had ``--duration`` seconds; one `Result` per implementation, the sums
-    of its bursts."""
-    nbursts = max(1, round(args.duration / KEEPALIVE_BURST_S))
-    burst_s = args.duration / nbursts
-    totals = {impl: {"requests": 0.0, "seconds": 0.0, "nbytes": 0.0, "cpu": 0.0} for impl in impls}
-    with contextlib.ExitStack() as stack:
-        servers = {impl: stack.enter_context(_server(impl, args)) for impl in impls}
-        for burst in range(nbursts):
-            for impl in impls if burst % 2 == 0 else impls[::-1]:
-                server, port = servers[impl]
-                cpu0 = cpu_seconds(server.pid)
-                counts = _drive(case, port, args, burst_s)
-                total = totals[impl]
-                total["cpu"] += cpu_seconds(server.pid) - cpu0
-                for key in ("requests", "seconds", "nbytes"):
-                    total[key] += counts[key]
-    return [_result(impl, case, args, round_index, total, total["cpu"]) for impl, total in totals.items()]
+def _server_cpu_s(pid: int) -> float:
+    cpu = h.process_cpu_s(pid)
+    if cpu is None:
+        raise RuntimeError(f"cannot read the CPU time of process {pid} (needs Linux /proc)")
+    return cpu
 
 
-def _result(
-    impl: str, case: str, args: argparse.Namespace, round_index: int, counts: dict[str, float], cpu: float
-) -> Result:
-    return Result(
-        impl,
-        case,
-        "wrk" if _uses_wrk(case, args) else "builtin",
-        int(counts["requests"]),
-        float(counts["seconds"]),
-        int(counts["nbytes"]),
-        cpu,
-        round_index,
+class HttpSuite(h.TableSuite[str, Result]):
+    name = "http"
+    summary = "HTTP A/B: stock Tornado against tornado_readinto.install() (requests/s, server CPU per request)"
+    description = __doc__ or ""
+    result_type = Result
+    summaries = METRICS
+    repeat_default = None  # --repeat is the bodies per upload
+    plots = False
+    ratios = (
+        h.Ratio("x stock", "x_stock", lambda results, r: round_ratios(results, r, "requests_per_s")),
+        h.Ratio("cpu x", "cpu_x_stock", lambda results, r: round_ratios(results, r, "cpu_us_per_request", True)),
+    )
+    columns = (
+        h.field("case", lambda r: r.case),
+        h.field("impl", lambda r: r.impl),
+        h.field("gen", lambda r: r.generator),
+        h.metric("req/s", "requests_per_s", h.format_fixed(1)),
+        h.metric("MiB/s", "mib_per_s", h.format_fixed(1), spread=False),
+        h.metric("cpu us/req", "cpu_us_per_request", h.format_fixed(1), spread=False),
     )
 
-
-def _median_spread(values: list[float], fmt: str) -> str:
-    """``median`` alone for one value, else ``median (min-max)``."""
-    median = format(statistics.median(values), fmt)
-    if len(values) < 2:
-        return median
-    return f"{median} ({min(values):{fmt}}-{max(values):{fmt}})"
-
-
-def round_ratios(results: list[Result], case: str, impl: str) -> tuple[list[float], list[float]]:
-    """Per round: ``impl``'s requests/s over stock's, and stock's CPU per
-    request over ``impl``'s, against the stock result of the same case and
-    round."""
-    stock = {r.round: r for r in results if r.impl == "stock" and r.case == case}
-    speed, cpu = [], []
-    for r in results:
-        base = stock.get(r.round)
-        if r.impl != impl or r.case != case or base is None:
-            continue
-        if base.requests_per_s and r.requests_per_s:
-            speed.append(r.requests_per_s / base.requests_per_s)
-        if r.cpu_us_per_request:
-            cpu.append(base.cpu_us_per_request / r.cpu_us_per_request)
-    return speed, cpu
-
-
-def format_table(results: list[Result]) -> str:
-    """A plain-text table, one row per case and implementation: medians
-    over the rounds, with (min-max) when there are several.  ``x stock`` is
-    the ratio of requests/s to stock's in the same round (``cpu x``: stock's
-    CPU per request over this one's), summarised the same way."""
-    header = ["case", "impl", "gen", "req/s", "MiB/s", "cpu us/req", "x stock", "cpu x"]
-    rows: dict[tuple[str, str], list[Result]] = {}
-    for r in results:
-        rows.setdefault((r.case, r.impl), []).append(r)
-    table = [header]
-    for (case, impl), mine in rows.items():
-        speed, cpu = round_ratios(results, case, impl)
-        table.append(
-            [
-                case,
-                impl,
-                mine[0].generator,
-                _median_spread([r.requests_per_s for r in mine], ".1f"),
-                f"{statistics.median(r.mib_per_s for r in mine):.1f}",
-                f"{statistics.median(r.cpu_us_per_request for r in mine):.1f}",
-                _median_spread(speed, ".2f") if speed else "nan",
-                _median_spread(cpu, ".2f") if cpu else "nan",
-            ]
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--impl", type=h.csv(h.choice("impl", IMPLS)), default=list(IMPLS), help="comma list: stock,readinto"
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = [
-        " ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        for row in table
-    ]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+        p.add_argument(
+            "--cases", type=h.csv(h.choice("case", CASES)), default=list(CASES), help="comma list: " + ",".join(CASES)
+        )
+        p.add_argument(
+            "--duration",
+            type=float,
+            default=5.0,
+            help="seconds per keep-alive case and implementation, driven in turns of 1 s (default: 5)",
+        )
+        p.add_argument("--connections", type=int, default=32, help="connections of the hello case")
+        p.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
+        p.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
+        p.add_argument("--repeat", type=h.positive_int, default=3, help="bodies per POST/PUT case (default: 3)")
+        p.add_argument(
+            "--loop",
+            choices=("asyncio", "uvloop"),
+            default="asyncio",
+            help="the servers' event loop (default: asyncio)",
+        )
+        p.add_argument("--load-generator", choices=("auto", "builtin"), default="auto")
 
+    def cases(self, args: argparse.Namespace) -> list[str]:
+        return list(args.cases)
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.http", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default=",".join(IMPLS), help="comma-separated: stock,readinto")
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=5.0,
-        help="seconds per keep-alive case and implementation, driven in turns of 1 s (default: 5)",
-    )
-    parser.add_argument("--connections", type=int, default=32, help="connections of the hello case")
-    parser.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
-    parser.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
-    parser.add_argument("--repeat", type=int, default=3, help="bodies per POST/PUT case")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=1,
-        help="run every case this many times, alternating which implementation goes first; "
-        "medians and (min-max) in the table, ratios taken within each round (default: 1)",
-    )
-    parser.add_argument(
-        "--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the servers' event loop (default: asyncio)"
-    )
-    parser.add_argument("--load-generator", choices=("auto", "builtin"), default="auto")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--serve", metavar="IMPL", help=argparse.SUPPRESS)
-    parser.add_argument("--load", metavar="CASE", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    if args.serve:
-        serve(args.serve, args.body_mib * MiB, args.download_mib * MiB, args.loop)
-        return
-    if args.load:
-        print(json.dumps(load(args.load, args.port, args)))
-        return
-
-    results = []
-    impls = args.impl.split(",")
-    for round_index in range(args.rounds):
-        for case in args.cases.split(","):
-            order = impls if round_index % 2 == 0 else impls[::-1]
+    def run_case(self, case: str, args: argparse.Namespace, round_index: int) -> list[Result]:
+        """Every implementation on ``case``, the first one alternating by round."""
+        impls = h.in_turn(args.impl, round_index)
+        try:
             if case in KEEPALIVE_CASES:
-                done = run_keepalive_case(order, case, args, round_index)
-            else:
-                done = [run_case(impl, case, args, round_index) for impl in order]
-            for result in done:
-                print(
-                    f"round {round_index + 1}/{args.rounds} {case} {result.impl}: {result.requests_per_s:.1f} req/s, "
-                    f"{result.cpu_us_per_request:.1f} us CPU/req",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            results.extend(done)
-    print(format_table(results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in results], f, indent=2)
+                return self._run_keepalive(impls, case, args, round_index)
+            return self._run_uploads(impls, case, args, round_index)
+        except (h.CaseFailed, RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            return [Result(impl, case, self._generator(case, args), error=error) for impl in impls]
+
+    def _run_uploads(self, impls: list[str], case: str, args: argparse.Namespace, round_index: int) -> list[Result]:
+        """One server after the other, each for its own upload run."""
+        results = []
+        for impl in impls:
+            with self._server(impl, args) as (pid, port):
+                cpu0 = _server_cpu_s(pid)
+                counts = self._drive(case, port, args, args.duration)
+                cpu = _server_cpu_s(pid) - cpu0
+            results.append(Result(impl, case, self._generator(case, args), [measured(round_index, counts, cpu)]))
+        return results
+
+    def _run_keepalive(self, impls: list[str], case: str, args: argparse.Namespace, round_index: int) -> list[Result]:
+        """Serve every implementation at once and drive ``case`` against them in
+        turns of `KEEPALIVE_BURST_S` (`in_turn`) until each had ``--duration``
+        seconds; one `Result` per implementation, the sums of its bursts."""
+        nbursts = max(1, round(args.duration / KEEPALIVE_BURST_S))
+        burst_s = args.duration / nbursts
+        totals = {impl: {"requests": 0.0, "seconds": 0.0, "nbytes": 0.0, "cpu": 0.0} for impl in impls}
+        with contextlib.ExitStack() as stack:
+            servers = {impl: stack.enter_context(self._server(impl, args)) for impl in impls}
+            for burst in range(nbursts):
+                for impl in h.in_turn(impls, burst):
+                    pid, port = servers[impl]
+                    cpu0 = _server_cpu_s(pid)
+                    counts = self._drive(case, port, args, burst_s)
+                    total = totals[impl]
+                    total["cpu"] += _server_cpu_s(pid) - cpu0
+                    for key in ("requests", "seconds", "nbytes"):
+                        total[key] += counts[key]
+        return [
+            Result(impl, case, self._generator(case, args), [measured(round_index, total, total["cpu"])])
+            for impl, total in totals.items()
+        ]
+
+    @contextlib.contextmanager
+    def _server(self, impl: str, args: argparse.Namespace) -> Iterator[tuple[int, int]]:
+        """A benchmark server for ``impl`` in its own process: (pid, port)."""
+        argv = ["http-server", "--impl", impl, "--loop", args.loop,
+                "--body-mib", str(args.body_mib), "--download-mib", str(args.download_mib)]  # fmt: skip
+        with tempfile.TemporaryFile() as stderr:
+            server = h.ChildProcess(argv, stderr)
+            try:
+                started = server.read_json_line(h.STARTUP_TIMEOUT_S)
+                expected = "ReadIntoHTTPServer" if impl == "readinto" else "HTTPServer"
+                if (started["server"], started["loop"]) != (expected, args.loop):
+                    runs = f"{started['server']} on {started['loop']}"
+                    raise h.CaseFailed(f"{impl} server runs {runs}, expected {expected} on {args.loop}")
+                yield server.proc.pid, started["port"]
+            finally:
+                server.kill()
+
+    def _generator(self, case: str, args: argparse.Namespace) -> str:
+        uses_wrk = case in KEEPALIVE_CASES and args.load_generator != "builtin" and shutil.which("wrk") is not None
+        return "wrk" if uses_wrk else "builtin"
+
+    def _drive(self, case: str, port: int, args: argparse.Namespace, duration: float) -> dict[str, float]:
+        """Run ``case``'s load against ``port`` (for ``duration`` seconds:
+        keep-alive cases) from another process; its counts."""
+        if self._generator(case, args) == "wrk":
+            if case == "hello":
+                return run_wrk(port, "/", args.connections, duration)
+            return run_wrk(port, "/download", DOWNLOAD_CONNECTIONS, duration, args.download_mib * MiB)
+        argv = ["http-load", "--case", case, "--port", str(port), "--body-mib", str(args.body_mib),
+                "--connections", str(args.connections), "--duration", str(duration),
+                "--repeat", str(args.repeat)]  # fmt: skip
+        with tempfile.TemporaryFile() as stderr:
+            load = h.ChildProcess(argv, stderr)
+            try:
+                return load.finish(h.STARTUP_TIMEOUT_S + duration + 600)
+            finally:
+                load.kill()
+
+    def legend(self, nrepeats: int) -> str:
+        rounds = f"{nrepeats} rounds" if nrepeats > 1 else "one round"
+        return (
+            f"req/s: requests per second, median (min-max) over {rounds}; MiB/s: payload; cpu us/req: server CPU\n"
+            "time per request; x stock: req/s relative to stock's, cpu x: stock's cpu us/req over this one's,\n"
+            "each taken within a round (side by side), then median (min-max); >1: better than stock."
+        )
+
+    def label(self, r: Result) -> str:
+        return f"{r.case} {r.impl}"
+
+    def brief(self, r: Result) -> str:
+        requests, cpu = r.repeats[-1]["requests_per_s"], r.repeats[-1]["cpu_us_per_request"]
+        return f"round {r.repeats[-1]['round'] + 1}: {requests:.1f} req/s, {cpu:.1f} us CPU/req"
+
+    def group(self, r: Result) -> Hashable:
+        return r.case
+
+    def key(self, r: Result) -> Hashable:
+        return (r.case, r.impl)
+
+    def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+        return {
+            **super().meta(args, argv),
+            "loop": args.loop,
+            "duration_s": args.duration,
+            "connections": args.connections,
+            "body_mib": args.body_mib,
+            "download_mib": args.download_mib,
+            "bodies_per_upload": args.repeat,
+            "keepalive_burst_s": KEEPALIVE_BURST_S,
+        }
+
+
+SUITE = HttpSuite()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(SUITE.main())

@@ -15,16 +15,8 @@ import pytest
 pytest.importorskip("distributed")
 
 from benchmarks import dask as bench  # noqa: E402
-from benchmarks.dask import (  # noqa: E402
-    DaskResult,
-    _square,
-    alternation,
-    format_table,
-    parse_args,
-    ratio,
-    result_from_json,
-    to_json,
-)
+from benchmarks.dask import SUITE, DaskResult, _square, ratio  # noqa: E402
+from benchmarks.harness import alternation  # noqa: E402
 
 
 def make_result(workload: str, protocol: str, baseline: str, values: list[float], **kw: Any) -> DaskResult:
@@ -69,7 +61,7 @@ def test_bench_dask_ratio_is_a_speedup_for_rates_and_times(results: list[DaskRes
 
 
 def test_bench_dask_format_table(results: list[DaskResult]) -> None:
-    text = format_table(results)
+    text = SUITE.format_table(results)
     lines = text.splitlines()
     assert "over 5 repeats" in lines[0]
     header = next(line for line in lines if line.startswith("workload"))
@@ -99,7 +91,7 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
 
 
 def test_bench_dask_json_round_trip(results: list[DaskResult], tmp_path: Path) -> None:
-    data = to_json(results, {"argv": ["--repeat", "5"]})
+    data = SUITE.to_json(results, {"argv": ["--repeat", "5"]})
     path = tmp_path / "out.json"
     path.write_text(json.dumps(data))
     loaded = json.loads(path.read_text())
@@ -110,8 +102,8 @@ def test_bench_dask_json_round_trip(results: list[DaskResult], tmp_path: Path) -
     assert rpc["x_baseline"] == pytest.approx(1.5)
     statuses = {(e["workload"], e["protocol"]): e["status"] for e in loaded["results"]}
     assert statuses[("tasks", "tcp")] == "failed" and statuses[("shuffle", "tcp")] == "skipped"
-    again = [result_from_json(e) for e in loaded["results"]]
-    assert format_table(again) == format_table(results)
+    again = [SUITE.from_json(e) for e in loaded["results"]]
+    assert SUITE.format_table(again) == SUITE.format_table(results)
 
 
 def test_bench_dask_alternation_is_abba() -> None:
@@ -129,24 +121,24 @@ def test_bench_dask_square_sizes() -> None:
 
 
 def test_bench_dask_parse_args() -> None:
-    args = parse_args(["--workload", "rpc,chain", "--pair", "tls", "--transfer-size", "16MiB", "--repeat", "7"])
+    args = SUITE.parse_args(["--workload", "rpc,chain", "--pair", "tls", "--transfer-size", "16MiB", "--repeat", "7"])
     assert args.workload == ["rpc", "chain"] and args.pair == ["tls"]
     assert args.transfer_size == 16 << 20 and args.repeat == 7
-    defaults = parse_args([])
+    defaults = SUITE.parse_args([])
     assert defaults.workload == list(bench.WORKLOADS) and defaults.pair == ["tcp", "tls"]
     assert defaults.repeat >= 5 and defaults.tasks == 20_000 and defaults.chain == 1000
     assert "busy-worker" in defaults.workload and "busy-worker" in bench.PAIR_WORKLOADS["tls"]
     assert defaults.busy_rpc == 100 and defaults.busy_size == 64 << 20
     with pytest.raises(SystemExit):
-        parse_args(["--workload", "nope"])
+        SUITE.parse_args(["--workload", "nope"])
     with pytest.raises(SystemExit):
-        parse_args(["--pair", "udp"])
+        SUITE.parse_args(["--pair", "udp"])
 
 
 def test_bench_dask_plot_writes_png(results: list[DaskResult], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "dask.png"
-    bench.plot(results, str(path))
+    SUITE.plot(results, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -178,7 +170,7 @@ def test_bench_dask_busy_worker_tiny_real_run(tmp_path: Path) -> None:
     path = tmp_path / "dask.json"
     argv = ["--workload", "busy-worker", "--repeat", "1", "--warmup", "0", "--busy-rpc", "5",
             "--busy-size", "1MiB", "--json", str(path)]  # fmt: skip
-    assert bench.main(argv) == 0
+    assert SUITE.main(argv) == 0
     data = json.loads(path.read_text())
     assert data["meta"]["busy_worker"] == {"n_workers": 1, "threads_per_worker": 2, "fresh_cluster": True}
     rows = data["results"]
@@ -213,7 +205,7 @@ def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
         "--transfer-size", "1MiB", "--transfer-count", "2", "--full-size", "8MiB", "--full-chunk", "1MiB",
         "--rechunk-size", "4MiB", "--shuffle-rows", "4000", "--shuffle-partitions", "4", "--json", str(path),
     ]  # fmt: skip
-    assert bench.main(argv) == 0
+    assert SUITE.main(argv) == 0
     rows = json.loads(path.read_text())["results"]
     assert {(r["workload"], r["protocol"]) for r in rows} == {(w, p) for w in shared for p in ("tcp", "readinto")}
     for r in rows:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from benchmarks.dask_profile import HOP_SEGMENTS, categorize, main, split_samples  # noqa: E402
+from benchmarks.dask_profile import HOP_SEGMENTS, SUITE, categorize, split_samples  # noqa: E402
 
 RECV = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);_recv_into (tornado_readinto/iostream.py:585);sock_recv_into (socketmodule.c:3631);recv (libc.so.6)"  # noqa: E501
 IDLE_LOCK = "0x7f (libc.so.6);Condition.wait (threading.py:331);PyThread_acquire_lock_timed (libpython3.11.so.1.0);0x7f (libc.so.6)"  # noqa: E501
@@ -58,7 +58,7 @@ def test_dask_profile_tiny_run_over_both_protocols(tmp_path, capsys):
     path = tmp_path / "profile.json"
     argv = ["--rpc", "30", "--strace-rpc", "10", "--size", "1MiB", "--count", "2", "--hops", "80", "--tasks", "50"]
     argv += ["--rate", "50"]
-    assert main([*argv, "--json", str(path)]) == 0
+    assert SUITE.main([*argv, "--json", str(path)]) == 0
     out = capsys.readouterr().out
     results = json.loads(path.read_text())["results"]
     assert set(results) == {"tcp", "readinto"}

@@ -9,18 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import load
+from benchmarks.harness import processes
 from benchmarks.impls import IMPLS, availability
 from benchmarks.impls.__main__ import main as impls_main
 from benchmarks.impls._common import U64, VerificationError
-from benchmarks.impls._gilthread import start_gil_thread
 from benchmarks.impls._loadclient import (
     LoadPlan,
     Template,
@@ -29,10 +27,8 @@ from benchmarks.impls._loadclient import (
     comm_template,
     framed_template,
     make_payload,
-    read_process_cpu_s,
-    read_thread_cpu_s,
 )
-from benchmarks.load import LoadResult, format_table, parse_args, plan_cases, ratio, result_from_json, to_json
+from benchmarks.load import SUITE, LoadResult, ratio
 
 
 def make_result(
@@ -107,7 +103,7 @@ def test_ratio_compares_loop_thread_cpu_falling_back_to_process_cpu() -> None:
 
 
 def test_format_table(results: list[LoadResult]) -> None:
-    table = format_table(results)
+    table = SUITE.format_table(results)
     lines = table.splitlines()
     assert "median of 3 repeats" in table and "lower is cheaper" in table
     header = next(line for line in lines if line.startswith("server"))
@@ -136,11 +132,11 @@ def test_format_table(results: list[LoadResult]) -> None:
 
 
 def test_format_table_empty() -> None:
-    assert "server" in format_table([]) and "SKIPPED" not in format_table([])
+    assert "server" in SUITE.format_table([]) and "SKIPPED" not in SUITE.format_table([])
 
 
 def test_to_json_round_trips(results: list[LoadResult]) -> None:
-    data = json.loads(json.dumps(to_json(results, {"argv": ["--full"]})))
+    data = json.loads(json.dumps(SUITE.to_json(results, {"argv": ["--full"]})))
     assert data["meta"] == {"argv": ["--full"]}
     entries = data["results"]
     assert [e["status"] for e in entries] == ["ok"] * 6 + ["failed", "skipped", "skipped", "ok", "ok"]
@@ -154,17 +150,17 @@ def test_to_json_round_trips(results: list[LoadResult]) -> None:
     assert gil["server_cpu_us_per_msg"]["median"] == 3100 and gil["loop_cpu_us_per_msg"]["median"] == 100
     assert readinto["impl"] == "readinto" and readinto["wire"] == "framed" and readinto["msize_text"] == "1KiB"
     assert entries[0]["impl"] == "stock-read_bytes"
-    again = [result_from_json(e) for e in entries]
-    assert to_json(again, {"argv": ["--full"]}) == data
+    again = [SUITE.from_json(e) for e in entries]
+    assert SUITE.to_json(again, {"argv": ["--full"]}) == data
 
 
 def test_plot_writes_png(tmp_path: Path, results: list[LoadResult]) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "load.png"
-    load.plot(results, str(path))
+    SUITE.plot(results, str(path))
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 5000
-    load.plot([results[-1]], str(tmp_path / "empty.png"))  # nothing measured
+    SUITE.plot([results[-1]], str(tmp_path / "empty.png"))  # nothing measured
     assert (tmp_path / "empty.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -172,27 +168,27 @@ def test_plot_writes_png(tmp_path: Path, results: list[LoadResult]) -> None:
 
 
 def test_parse_args_defaults() -> None:
-    args = parse_args([])
+    args = SUITE.parse_args([])
     assert args.server == list(load.LOAD_SERVERS) and args.loop == load.default_loops()
     assert args.clients == [64] and args.msize == [1024] and args.rate == [0.0]
     assert (args.warmup, args.duration, args.repeat) == (0.5, 2.0, 3)
     assert args.json is None and args.plot is None and args.client_loop is None
-    assert args.gil_thread == "off" and {c.gil_thread for c in plan_cases(args)} == {False}
-    gil = parse_args(["--gil-thread"])
+    assert args.gil_thread == "off" and {c.gil_thread for c in SUITE.cases(args)} == {False}
+    gil = SUITE.parse_args(["--gil-thread"])
     assert gil.gil_thread == "on" and gil.clients == [8, 64]  # the issue's connection counts
-    assert {c.gil_thread for c in plan_cases(gil)} == {True}
-    assert parse_args(["--gil-thread", "--clients", "4"]).clients == [4]
-    full = parse_args(["--full"])
+    assert {c.gil_thread for c in SUITE.cases(gil)} == {True}
+    assert SUITE.parse_args(["--gil-thread", "--clients", "4"]).clients == [4]
+    full = SUITE.parse_args(["--full"])
     assert full.clients == [1, 16, 64, 256] and full.server == list(load.LOAD_SERVERS)
-    assert parse_args(["--full", "--clients", "8"]).clients == [8]  # explicit flags win
+    assert SUITE.parse_args(["--full", "--clients", "8"]).clients == [8]  # explicit flags win
 
 
 def test_parse_args_lists_and_plan() -> None:
-    args = parse_args(["--server", "stock, readinto", "--loop", "asyncio,uvloop", "--clients", "1,16",
+    args = SUITE.parse_args(["--server", "stock, readinto", "--loop", "asyncio,uvloop", "--clients", "1,16",
                        "--msize", "64KiB", "--rate", "100", "--client-loop", "asyncio"])  # fmt: skip
     assert args.server == ["stock", "readinto"] and args.msize == [65536] and args.rate == [100.0]
     assert args.client_loop == "asyncio"
-    cases = plan_cases(args)
+    cases = SUITE.cases(args)
     assert len(cases) == 8
     # servers innermost (compared back to back), then loops, then connection counts
     assert [(c.server, c.loop, c.clients) for c in cases[:3]] == [
@@ -201,8 +197,8 @@ def test_parse_args_lists_and_plan() -> None:
         ("stock", "uvloop", 1),
     ]
     assert {(c.msize, c.rate) for c in cases} == {(65536, 100.0)}
-    both = plan_cases(
-        parse_args(["--server", "stock,readinto", "--loop", "asyncio", "--gil-thread", "both", "--clients", "8"])
+    both = SUITE.cases(
+        SUITE.parse_args(["--server", "stock,readinto", "--loop", "asyncio", "--gil-thread", "both", "--clients", "8"])
     )
     # each server without and then with the GIL thread, the servers compared back to back
     assert [(c.server, c.gil_thread) for c in both] == [
@@ -220,7 +216,7 @@ def test_parse_args_lists_and_plan() -> None:
 )  # fmt: skip
 def test_parse_args_rejects(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
-        parse_args(argv)
+        SUITE.parse_args(argv)
 
 
 def test_every_load_server_maps_to_an_event_loop_impl() -> None:
@@ -229,7 +225,7 @@ def test_every_load_server_maps_to_an_event_loop_impl() -> None:
         assert wire in ("framed", "comm")
     assert availability(IMPLS["threads"], "uvloop") is not None
     assert availability(IMPLS["readinto"], "asyncio") is None
-    assert "readinto" in load.list_servers()
+    assert "readinto" in SUITE.listing()
 
 
 def test_impls_server_refuses_loop_for_threads(capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,41 +234,6 @@ def test_impls_server_refuses_loop_for_threads(capsys: pytest.CaptureFixture[str
 
 
 # -- the load client's pieces ----------------------------------------------------------
-
-
-def test_read_process_cpu_s() -> None:
-    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
-        pytest.skip("no /proc")
-    cpu = read_process_cpu_s(os.getpid())
-    assert cpu is not None and cpu > 0
-    assert read_process_cpu_s(2**22 + 12345) is None  # no such process
-
-
-def test_read_thread_cpu_s_counts_one_thread_only() -> None:
-    """While a GIL-holding thread spins, the main thread (waiting) gains less
-    CPU than it; the process counts both."""
-    pid = os.getpid()
-    if not os.path.exists(f"/proc/{pid}/task/{threading.get_native_id()}/stat"):
-        pytest.skip("no /proc/<pid>/task")
-    main_tid = threading.get_native_id()
-    assert read_thread_cpu_s(pid, 2**22 + 12345) is None  # no such thread
-    main_before = read_thread_cpu_s(pid, main_tid)
-    hog = start_gil_thread()
-    try:
-        hog_before = read_thread_cpu_s(pid, hog.tid)
-        assert main_before is not None and hog_before is not None
-        hog_now = hog_before
-        give_up = time.monotonic() + 60
-        while hog_now - hog_before < 0.05:  # until the hog has used 50 ms of CPU
-            assert time.monotonic() < give_up, "the GIL thread got no CPU"
-            time.sleep(0.005)
-            hog_now = read_thread_cpu_s(pid, hog.tid) or hog_now
-        main_now = read_thread_cpu_s(pid, main_tid)
-    finally:
-        hog_total = hog.stop()
-    assert main_now is not None and main_now - main_before < hog_now - hog_before
-    assert hog_total >= hog_now - 0.011  # the thread's own clock agrees (schedstat or 10 ms ticks)
-    assert hog.iterations > 0 and not hog.is_alive()
 
 
 def test_templates() -> None:
@@ -384,7 +345,7 @@ def test_load_smoke_asyncio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     """Two servers on asyncio, 4 connections each: verified, with server CPU per message."""
     out = tmp_path / "load.json"
     argv = ["--server", "readinto,asyncio-streams", "--loop", "asyncio", "--client-loop", "asyncio", *SMOKE]
-    assert load.main([*argv, "--json", str(out)]) == 0
+    assert SUITE.main([*argv, "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert "x asyncio-streams" in captured.out and "FAILED" not in captured.out
     assert sum(line.startswith("[") for line in captured.err.splitlines()) == 2  # progress per case
@@ -405,7 +366,7 @@ def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixtur
     pytest.importorskip("uvloop")
     pytest.importorskip("msgpack")
     out = tmp_path / "load.json"
-    assert load.main(["--server", "readinto,comm", "--loop", "uvloop", *SMOKE, "--json", str(out)]) == 0
+    assert SUITE.main(["--server", "readinto,comm", "--loop", "uvloop", *SMOKE, "--json", str(out)]) == 0
     entries = json.loads(out.read_text())["results"]
     assert [(e["server"], e["loop"], e["wire"]) for e in entries] == [
         ("readinto", "uvloop", "framed"),
@@ -423,7 +384,7 @@ def test_load_gil_thread_runs_beside_every_loop(tmp_path: Path, capsys: pytest.C
     out = tmp_path / "load.json"
     argv = ["--server", "stock,asyncio-protocol", "--loop", "asyncio,uvloop", "--gil-thread", *SMOKE]
     argv[argv.index("--clients") + 1] = "2"
-    assert load.main([*argv, "--json", str(out)]) == 0
+    assert SUITE.main([*argv, "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert "GIL thread" in captured.err and "FAILED" not in captured.out
     data = json.loads(out.read_text())
@@ -448,14 +409,14 @@ def test_load_gil_thread_runs_beside_every_loop(tmp_path: Path, capsys: pytest.C
 
 def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A case that fails (here: the server never starts) is reported and makes main() return 1."""
-    monkeypatch.setattr(load, "STARTUP_TIMEOUT_S", 5.0)
-    monkeypatch.setattr(load, "_Process", _FailingProcess)
-    assert load.main(["--server", "stock", "--loop", "asyncio", *SMOKE]) == 1
+    monkeypatch.setattr(processes, "STARTUP_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(processes, "ChildProcess", _FailingProcess)
+    assert SUITE.main(["--server", "stock", "--loop", "asyncio", *SMOKE]) == 1
     captured = capsys.readouterr()
     assert "FAILED: server exited with status 1" in captured.out and "1 case(s) FAILED" in captured.err
 
 
-class _FailingProcess(load._Process):
+class _FailingProcess(processes.ChildProcess):
     """A server process that exits at once."""
 
     def __init__(self, argv: list[str], stderr: Any) -> None:
@@ -465,17 +426,17 @@ class _FailingProcess(load._Process):
 def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str] = []
 
-    def fake_run_case(case: Any, args: Any) -> LoadResult:
+    def fake_run_case(case: Any, args: Any, round_index: int) -> list[LoadResult]:
         ran.append(case.server)
         if len(ran) == 4:  # the second round of "readinto" fails
-            return LoadResult(case.server, case.loop, case.clients, error="boom")
-        return make_result(case.server, case.loop, [10.0, 11.0], clients=case.clients)
+            return [LoadResult(case.server, case.loop, case.clients, error="boom")]
+        return [make_result(case.server, case.loop, [10.0, 11.0], clients=case.clients)]
 
-    monkeypatch.setattr(load, "run_case", fake_run_case)
-    status = load.main(["--server", "readinto,asyncio-streams", "--loop", "asyncio", "--rounds", "2"])
+    monkeypatch.setattr(load.SUITE, "run_case", fake_run_case)
+    status = SUITE.main(["--server", "readinto,asyncio-streams", "--loop", "asyncio", "--rounds", "2"])
     assert ran == ["readinto", "asyncio-streams", "asyncio-streams", "readinto"]
     assert status == 1  # a failure in any round fails the case
-    assert parse_args(["--rounds", "3"]).rounds == 3 and parse_args([]).rounds == 1
+    assert SUITE.parse_args(["--rounds", "3"]).rounds == 3 and SUITE.parse_args([]).rounds == 1
 
 
 def test_process_stats_reports_the_childs_own_peak_rss() -> None:

@@ -22,6 +22,13 @@ line has both threads' CPU seconds (``loop_thread_cpu_s``,
     ping-pong connections, CPU of both processes (and of the server's loop
     thread) per window; one JSON line.
 
+``python -m benchmarks.impls http-server --impl stock|readinto ...``
+    the server of ``benchmarks.http`` (see ``_http``): prints ``{"port",
+    "server", "loop"}`` and serves until killed.
+
+``python -m benchmarks.impls http-load --case CASE --port P ...``
+    the built-in load generator of ``benchmarks.http``: one JSON line of counts.
+
 Exit status: 0 ok, 2 an echo failed verification, 1 any other error.
 """
 
@@ -32,12 +39,13 @@ import json
 import socket
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from . import EVENT_LOOPS, IMPLS, load
+from benchmarks.harness.cpu import thread_cpu_s
+
+from . import EVENT_LOOPS, IMPLS, _http, load
 from ._async import run_loop
 from ._common import CasePlan, VerificationError, process_stats, summarize
 from ._gilthread import start_gil_thread
@@ -78,6 +86,19 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--repeat", type=int, default=3)
     lc.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
     lc.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: uvloop if it imports)")
+    hs = sub.add_parser("http-server")
+    hs.add_argument("--impl", required=True, choices=("stock", "readinto"))
+    hs.add_argument("--loop", choices=EVENT_LOOPS, default="asyncio")
+    hl = sub.add_parser("http-load")
+    hl.add_argument("--case", required=True, choices=_http.CASES)
+    hl.add_argument("--port", type=int, required=True)
+    hl.add_argument("--connections", type=int, default=32, help="connections of the hello case")
+    hl.add_argument("--duration", type=float, default=5.0, help="seconds of the keep-alive cases")
+    hl.add_argument("--repeat", type=int, default=3, help="bodies per post/put case")
+    for p in (hs, hl):
+        p.add_argument("--body-mib", type=int, default=256, help="MiB per POST/PUT body")
+        p.add_argument("--timeout", type=float, default=3600.0, help="seconds before giving up")
+    hs.add_argument("--download-mib", type=int, default=8, help="MiB per download response")
     return parser
 
 
@@ -114,16 +135,24 @@ def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespa
         nmessages = impl.run_server(listener, loop, args.clients, args.timeout)
     finally:
         gil_cpu_s = gil_thread.stop() if gil_thread is not None else None
-    stats = {"loop_thread_cpu_s": time.thread_time(), "gil_thread_cpu_s": gil_cpu_s}
+    stats = {"loop_thread_cpu_s": thread_cpu_s(), "gil_thread_cpu_s": gil_cpu_s}
     _emit({"messages": nmessages, **process_stats(), **threads, **stats})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    name = args.role if args.role == "load-client" else f"{args.role} {args.impl}"
+    name = f"{args.role} {args.impl}" if args.role in ("server", "client") else args.role
     try:
         if args.role == "load-client":
             _load_client(args)
+            return 0
+        if args.role == "http-server":
+            _http.serve(args.impl, args.body_mib * _http.MiB, args.download_mib * _http.MiB, args.loop, args.timeout)
+            return 0
+        if args.role == "http-load":
+            counts = _http.load(args.case, args.port, connections=args.connections, duration=args.duration,
+                                body_nbytes=args.body_mib * _http.MiB, repeat=args.repeat)  # fmt: skip
+            _emit(counts)
             return 0
         spec = IMPLS[args.impl]
         loop = args.loop or spec.loop

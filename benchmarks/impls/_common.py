@@ -16,6 +16,8 @@ from functools import lru_cache
 from itertools import chain
 from typing import Any
 
+from benchmarks.harness.cpu import process_cpu_s
+
 #: A frame on the wire: anything with the buffer protocol, 1-D, bytes.
 Buffer = Any
 
@@ -264,5 +266,4 @@ def _peak_rss_bytes(usage: resource.struct_rusage) -> int:
 
 def process_stats() -> dict[str, float]:
     """Peak RSS (bytes) and CPU seconds of this process so far."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"rss_bytes": _peak_rss_bytes(usage), "cpu_s": usage.ru_utime + usage.ru_stime}
+    return {"rss_bytes": _peak_rss_bytes(resource.getrusage(resource.RUSAGE_SELF)), "cpu_s": process_cpu_s()}

@@ -12,15 +12,16 @@ syscall, ``epoll_wait``) it may have to wait that long to get it back.
 from __future__ import annotations
 
 import threading
-import time
+
+from benchmarks.harness.cpu import thread_cpu_s
 
 
 class GilThread(threading.Thread):
     """A daemon thread spinning in pure Python until `stop`.
 
     ``tid`` is its kernel thread id (``/proc/<pid>/task/<tid>``) once
-    started; `stop` returns the CPU seconds it used (``time.thread_time()``
-    taken in the thread itself).
+    started; `stop` returns the CPU seconds it used (`thread_cpu_s` taken in the
+    thread itself).
     """
 
     def __init__(self) -> None:
@@ -41,7 +42,7 @@ class GilThread(threading.Thread):
                 x = (x * 1103515245 + 12345) & 0x7FFFFFFF
             n += 1
         self.iterations = n
-        self.cpu_s = time.thread_time()
+        self.cpu_s = thread_cpu_s()
 
     @property
     def tid(self) -> int:

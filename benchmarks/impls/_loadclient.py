@@ -22,16 +22,14 @@ stamp, so the echo must be byte-identical to what was sent:
 Every echo is checked: the bytes before the stamp (framing header, msgpack
 prefix: message count and sizes) and the stamp itself; the first and the last
 echo of each connection byte for byte.  At each window boundary the process
-samples the server's CPU time from ``/proc/<pid>/stat``, that of the server's
-event-loop thread from ``/proc/<pid>/task/<tid>/schedstat`` (with ``--gil-thread``
-the process also runs a GIL-holding thread, which this leaves out) and its
-own (``time.process_time``).
+samples the server's CPU time, that of the server's event-loop thread (with
+``--gil-thread`` the process also runs a GIL-holding thread, which this
+leaves out) and its own, all with ``benchmarks.harness.cpu``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import socket
 import time
@@ -39,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
+
+from benchmarks.harness.cpu import process_cpu_s, thread_cpu_s
 
 from ._async import HOST, prepare_socket
 from ._common import U64, VerificationError, pack_header, percentile
@@ -112,36 +112,6 @@ def make_template(wire: str, msize: int, seed: int) -> Template:
     if wire == "comm":
         return comm_template(payload)
     raise ValueError(f"unknown wire {wire!r}; known: {', '.join(WIRES)}")
-
-
-def _read_stat_cpu_s(path: str) -> float | None:
-    """utime + stime from a ``stat`` file of /proc (fields 14 and 15; clock
-    ticks), or None where there is none."""
-    try:
-        with open(path, "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # field 2 (comm) is in parentheses and may hold spaces: split after it
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def read_process_cpu_s(pid: int) -> float | None:
-    """utime + stime of process ``pid`` in seconds, all its threads
-    (``/proc/<pid>/stat``; clock-tick resolution), or None where there is no /proc."""
-    return _read_stat_cpu_s(f"/proc/{pid}/stat")
-
-
-def read_thread_cpu_s(pid: int, tid: int) -> float | None:
-    """CPU seconds of thread ``tid`` of process ``pid``: its run time in
-    nanoseconds from ``/proc/<pid>/task/<tid>/schedstat`` where the kernel
-    has it, else utime + stime from ``.../stat`` (clock ticks); None without /proc."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-            return int(f.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return _read_stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
 
 
 class _Bench:
@@ -337,9 +307,9 @@ class _Snapshot:
         self.t = perf_counter()
         self.nechoes = bench.nechoes
         plan = bench.plan
-        self.server_cpu_s = read_process_cpu_s(plan.server_pid) if plan.server_pid else None
-        self.loop_cpu_s = read_thread_cpu_s(plan.server_pid, plan.server_tid) if plan.server_tid else None
-        self.client_cpu_s = time.process_time()
+        self.server_cpu_s = process_cpu_s(plan.server_pid) if plan.server_pid else None
+        self.loop_cpu_s = thread_cpu_s(plan.server_pid, plan.server_tid) if plan.server_tid else None
+        self.client_cpu_s = process_cpu_s()
         self.latencies = bench.latencies
         bench.latencies = []
 

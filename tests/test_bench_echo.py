@@ -1,5 +1,7 @@
-"""The echo benchmark's pure parts (sizes, table, JSON, plot) on hand-made
-results, plus one end-to-end smoke run of ``python -m benchmarks.echo``."""
+"""The echo suite's declarations (columns, ratios, JSON, plot) on hand-made
+results, plus end-to-end smoke runs of ``python -m benchmarks.echo`` (the
+README's command), ``python -m benchmarks echo`` and ``python benchmarks/echo.py``.
+The harness's own pure parts are tested in test_bench_harness.py."""
 
 from __future__ import annotations
 
@@ -11,18 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.report import (
-    Result,
-    format_rate,
-    format_seconds,
-    format_size,
-    format_table,
-    parse_size,
-    plot,
-    ratio,
-    result_from_json,
-    to_json,
-)
+from benchmarks.echo import SUITE, Result, ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,27 +41,6 @@ def results() -> list[Result]:
     ]
 
 
-@pytest.mark.parametrize(
-    "text, nbytes",
-    [("1KiB", 1024), ("64kib", 65536), ("1MiB", 1 << 20), ("100MiB", 100 << 20), ("1GiB", 1 << 30),
-     ("1000", 1000), ("12B", 12), ("1.5KiB", 1536), (" 2 MiB ", 2 << 20)],
-)  # fmt: skip
-def test_parse_size(text: str, nbytes: int) -> None:
-    assert parse_size(text) == nbytes
-
-
-@pytest.mark.parametrize("text", ["", "KiB", "1KB", "1 TiB", "-1", "0.3B", "1.1.1MiB"])
-def test_parse_size_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_size(text)
-
-
-@pytest.mark.parametrize("nbytes, text", [(1024, "1KiB"), (1536, "1.5KiB"), (100 << 20, "100MiB"), (1000, "1000B")])
-def test_format_size_round_trips(nbytes: int, text: str) -> None:
-    assert format_size(nbytes) == text
-    assert parse_size(text) == nbytes
-
-
 def test_result_median_and_spread(results: list[Result]) -> None:
     stock = results[0]
     assert stock.median("msgs_per_s") == 1100
@@ -89,7 +59,7 @@ def test_ratio_same_case_only(results: list[Result]) -> None:
 
 
 def test_format_table(results: list[Result]) -> None:
-    table = format_table(results)
+    table = SUITE.format_table(results)
     lines = table.splitlines()
     readinto = next(line for line in lines if line.startswith("readinto ") and "1KiB" in line)
     assert "2.2k (2k-2.6k)" in readinto  # median (min-max)
@@ -105,17 +75,8 @@ def test_format_table(results: list[Result]) -> None:
     assert big.split()[-2:] == ["-", "-"]  # no ratios without baselines
 
 
-def test_format_units() -> None:
-    assert format_rate(12345) == "12.3k"
-    assert format_rate(2.5e6) == "2.5M"
-    assert format_rate(0.5) == "0.5"
-    assert format_seconds(2.5e-5) == "25us"
-    assert format_seconds(0.0123) == "12.3ms"
-    assert format_seconds(1.5) == "1.5s"
-
-
 def test_to_json(results: list[Result]) -> None:
-    data = json.loads(json.dumps(to_json(results, {"argv": ["--full"]})))
+    data = json.loads(json.dumps(SUITE.to_json(results, {"argv": ["--full"]})))
     assert data["meta"] == {"argv": ["--full"]}
     entries = data["results"]
     assert [e["status"] for e in entries] == ["ok"] * 4 + ["failed", "skipped", "skipped"]
@@ -125,8 +86,8 @@ def test_to_json(results: list[Result]) -> None:
     assert readinto["x_threads"] == pytest.approx(0.5)
     assert readinto["msize_text"] == "1KiB" and len(readinto["repeats"]) == 3
     assert entries[5]["skipped"] == "needs distributed"
-    again = [result_from_json(e) for e in entries]
-    assert to_json(again, {"argv": ["--full"]}) == data
+    again = [SUITE.from_json(e) for e in entries]
+    assert SUITE.to_json(again, {"argv": ["--full"]}) == data
 
 
 def test_plot_writes_png(tmp_path: Path, results: list[Result]) -> None:
@@ -134,7 +95,7 @@ def test_plot_writes_png(tmp_path: Path, results: list[Result]) -> None:
     pipelined = make_result("readinto", [900, 1000])
     pipelined.mode = "pipelined"
     path = tmp_path / "echo.png"
-    plot(results + [pipelined], str(path))
+    SUITE.plot(results + [pipelined], str(path))
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 5000
 
@@ -142,7 +103,7 @@ def test_plot_writes_png(tmp_path: Path, results: list[Result]) -> None:
 def test_plot_without_results(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "empty.png"
-    plot([Result("dask-tcp", 1024, 1, "pingpong", skipped="no")], str(path))
+    SUITE.plot([Result("dask-tcp", 1024, 1, "pingpong", skipped="no")], str(path))
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
@@ -170,13 +131,14 @@ def test_echo_cli_smoke(tmp_path: Path) -> None:
 
 
 def test_echo_cli_runs_the_asyncio_anchors(tmp_path: Path) -> None:
-    """The anchors through the real CLI: 4-frame messages, pipelined, both
-    loops, verified (their parsing is tested in test_bench_anchors)."""
+    """The anchors through ``python -m benchmarks echo``: 4-frame messages,
+    pipelined, both loops, verified (their parsing is tested in
+    test_bench_anchors)."""
     pytest.importorskip("uvloop")
     out = tmp_path / "echo.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     impls = ["asyncio-streams", "asyncio-protocol", "uvloop-streams", "uvloop-protocol"]
-    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", ",".join(impls), "--msize", "4KiB",
+    cmd = [sys.executable, "-m", "benchmarks", "echo", "--impl", ",".join(impls), "--msize", "4KiB",
            "--nframes", "4", "--mode", "pipelined", "--duration", "0.1", "--warmup", "0.02", "--repeat", "1",
            "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
@@ -189,17 +151,21 @@ def test_echo_cli_runs_the_asyncio_anchors(tmp_path: Path) -> None:
         assert e["messages_echoed_by_server"] == e["messages_sent"] and e["full_compares"] == 2
 
 
-def test_verify_counts_names_every_disagreement() -> None:
-    from benchmarks.echo import CaseFailed, verify_counts
-
-    client = {"verified_messages": 10, "messages_sent": 10, "full_compares": 4, "repeats": [{}, {}]}
-    server = {"messages": 10}
-    verify_counts(client, server, clients=2, nrepeats=2)  # all agree
-    bad_client = {"verified_messages": 9, "messages_sent": 10, "full_compares": 3, "repeats": [{}]}
-    with pytest.raises(CaseFailed) as info:
-        verify_counts(bad_client, {"messages": 8}, clients=2, nrepeats=2)
-    message = str(info.value)
-    assert message.startswith("verification: ")
-    for part in ("checked 9 of 10 echoes", "3 full compares, expected 4",
-                 "server echoed 8 messages, client sent 10", "1 repeats, expected 2"):  # fmt: skip
-        assert part in message
+def test_echo_as_a_script_with_rounds(tmp_path: Path) -> None:
+    """``python benchmarks/echo.py`` (the form in STYLE.md) from another
+    directory; ``--rounds 2`` runs the case twice and pools the repeats and
+    the counts."""
+    out = tmp_path / "echo.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "echo.py"), "--impl", "readinto", "--msize", "1KiB",
+           "--duration", "0.05", "--warmup", "0.02", "--repeat", "1", "--rounds", "2", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(":")[0] for line in proc.stderr.splitlines()] == ["[1/2] readinto 1KiB x1 pingpong"] + [
+        "[2/2] readinto 1KiB x1 pingpong"
+    ]
+    data = json.loads(out.read_text())
+    assert data["meta"]["rounds"] == 2 and data["meta"]["repeat"] == 1
+    (entry,) = data["results"]
+    assert entry["status"] == "ok" and len(entry["repeats"]) == 2
+    assert entry["verified_messages"] == entry["messages_sent"] == entry["messages_echoed_by_server"] > 0
+    assert entry["full_compares"] == 4  # two per connection and round
