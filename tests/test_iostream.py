@@ -28,7 +28,7 @@ from tornado_readinto.testing import (
     stream_pair,
 )
 
-from .conftest import run
+from .conftest import bytes_waiting, run, until
 
 IMPLS = ["stock", "readinto", "stock-tls", "readinto-tls"]
 
@@ -285,7 +285,7 @@ def test_cancelled_read_closes_stream(make_ours, how):
                     await asyncio.wait_for(server.read_into(bytearray(10)), 0.05)
             else:
                 task = asyncio.ensure_future(server.read_bytes(10))
-                await asyncio.sleep(0.05)
+                await until(server.reading)  # the read is pending
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -421,7 +421,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
             try:
                 for _i in range(50):
                     await client.write(msg)
-                    await asyncio.sleep(0.002)  # the message has arrived whole
+                    await until(lambda: bytes_waiting(sock) == len(msg))  # the message has arrived whole
                     await server.read_into(header)
                     await server.read_into(body)
                     assert body == msg[8:]
