@@ -16,12 +16,10 @@ async def stop_server(server: Any) -> None:
 
 
 async def wait_no_connections(server: Any) -> None:
-    """Wait (up to 10 s) until ``server`` has no connection left."""
-    for _ in range(1000):
-        if not server._connections:
-            return
+    """Wait until ``server`` has no connection left (the test's own timeout
+    bounds a hang: how long closing takes is no behaviour)."""
+    while server._connections:
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(server._connections)} connection(s) left")
 
 
 def read_response(reader: BinaryIO) -> tuple[bytes, bytes]:

@@ -1,6 +1,9 @@
+import array
 import asyncio
+import fcntl
 import logging
 import ssl
+import termios
 
 import pytest
 
@@ -24,6 +27,50 @@ def _tornado_logs_enabled():
 
 
 LOOPS = ["asyncio", "uvloop"]
+
+#: How much earlier than its deadline a timer may fire, measured on the loop's
+#: own clock: asyncio runs a timer up to ``loop._clock_resolution`` early and
+#: uvloop's clock counts whole milliseconds.  Lower bounds ("the timeout did
+#: not fire before its deadline") allow this much; upper bounds on elapsed
+#: time are never asserted (how fast a machine is is no behaviour).
+CLOCK_SLACK_S = 0.005
+
+
+async def until(condition):
+    """Let the event loop turn until ``condition()`` holds: a state that the
+    loop itself brings about (a read pending, a byte count reached), never a
+    guess of how long that takes.  The test's own timeout bounds a hang."""
+    while not condition():
+        await asyncio.sleep(0)
+
+
+def bytes_waiting(sock) -> int:
+    """Bytes in ``sock``'s kernel receive queue, not yet read (FIONREAD):
+    "the message has arrived whole" as a fact, not as a sleep."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.FIONREAD, buf)
+    return buf[0]
+
+
+def connect_attempts(monkeypatch, module):
+    """Record every connection attempt made through ``module.open_stream``
+    (`tornado_readinto.comm` or `tornado_readinto.dask_backend`): a list of
+    ``"connected"`` / ``"failed"``, one per attempt, in order.  Says "refused
+    at once, not retried" as a count instead of a duration."""
+    attempts = []
+    real = module.open_stream
+
+    async def open_stream(*args, **kwargs):
+        try:
+            stream = await real(*args, **kwargs)
+        except BaseException:
+            attempts.append("failed")
+            raise
+        attempts.append("connected")
+        return stream
+
+    monkeypatch.setattr(module, "open_stream", open_stream)
+    return attempts
 
 
 def new_event_loop(loop_name="asyncio"):

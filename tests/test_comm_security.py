@@ -3,7 +3,6 @@ plain TCP against a TLS listener, and require_encryption."""
 
 import asyncio
 import ssl
-import time
 
 import pytest
 import trustme
@@ -43,12 +42,10 @@ def test_comm_mutual_tls_refuses_client_without_certificate(mutual_tls):
 
         listener = await listen("tls://127.0.0.1:0", handler, ssl_context=server_ctx, handshake_timeout=2)
         try:
-            start = time.monotonic()
             with pytest.raises(CommClosedError) as info:
                 comm = await connect(listener.contact_address, ssl_context=without_cert, timeout=3)
                 await comm.write("no cert")  # TLS 1.3: the refusal may surface on first use
                 await comm.read()
-            assert time.monotonic() - start < 3.5
             assert "certificate" in str(info.value).lower() or "closed" in str(info.value).lower()
             assert handled == []  # the handler never saw the unauthenticated peer
             async with await connect(listener.contact_address, ssl_context=with_cert, timeout=3) as comm:
@@ -73,10 +70,8 @@ def test_comm_plain_tcp_to_tls_listener_fails_cleanly_on_both_sides(tls_contexts
         listener = await listen("tls://127.0.0.1:0", handler, ssl_context=server_ctx, handshake_timeout=1)
         try:
             plain = listener.contact_address.replace("tls://", "tcp://")
-            start = time.monotonic()
             with pytest.raises(CommClosedError):
                 await connect(plain, timeout=2)
-            assert time.monotonic() - start < 2.5
             assert handled == []
             # the listener is unharmed: a TLS client is served right after
             async with await connect(listener.contact_address, ssl_context=client_ctx, timeout=3) as comm:

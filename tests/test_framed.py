@@ -26,7 +26,7 @@ from tornado_readinto.allocators import BufferPool, bytearray_allocator, uniniti
 from tornado_readinto.errors import BufferBusyError
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import run
+from .conftest import CLOCK_SLACK_S, bytes_waiting, run, until
 
 
 @pytest.fixture(params=["plain", "tls"])
@@ -112,7 +112,7 @@ def test_framed_small_message_costs_one_recv():
             message = [b"h" * 30, b"p" * 100]
             for _ in range(20):
                 await b.write_frames(message)
-                await asyncio.sleep(0.002)
+                await until(lambda: bytes_waiting(server.socket) == 8 * 3 + 130)  # arrived whole
                 server.socket.reset()
                 fut = a.read_frames()
                 assert fut.done()  # completed inline: no event-loop round trip
@@ -324,7 +324,7 @@ def test_framed_concurrent_read_raises_and_cancel_closes():
             with pytest.raises(BufferBusyError):
                 fs.read_frames()
             await client.write(struct.pack("<QQ", 1, 10) + b"12345")  # half a message
-            await asyncio.sleep(0.01)
+            await until(lambda: server.nbytes_received == 21)  # the server read it
             first.cancel()
             await asyncio.sleep(0)
             assert server.closed()
@@ -387,6 +387,10 @@ def test_framed_rejects_stock_stream():
 
 
 def test_framed_idle_timeout_closes_stalled_read():
+    """The real timer fires: a read stalled mid-message fails with
+    ReadTimeoutError and closes the stream, not before the timeout (on the
+    loop's clock).  When it fires at the latest is
+    test_framed_idle_timeout_fires_on_the_third_silent_tick."""
     from tornado_readinto import ReadTimeoutError
 
     async def main():
@@ -398,8 +402,7 @@ def test_framed_idle_timeout_closes_stalled_read():
             start = loop.time()
             with pytest.raises(ReadTimeoutError) as info:
                 await fs.read_frames()
-            elapsed = loop.time() - start
-            assert 0.2 <= elapsed < 0.6
+            assert loop.time() - start >= 0.2 - CLOCK_SLACK_S
             assert info.value.timeout == 0.2 and "frame 0 of 1" in str(info.value)
             assert isinstance(info.value, TimeoutError)
             assert server.closed()
@@ -410,18 +413,93 @@ def test_framed_idle_timeout_closes_stalled_read():
     run(main())
 
 
-def test_framed_idle_timeout_spares_slow_steady_peer_and_idle_stream():
+class _ManualIdleTicks:
+    """Takes the place of the loop's timer for one FramedStream's idle
+    checks: each check it schedules is recorded instead, and `tick` runs it
+    when the test says so.  The checks then see exactly the bytes the test
+    let in between them, however fast or slow the machine is."""
+
+    def __init__(self, fs, monkeypatch):
+        self.fs = fs
+        self.delays = []
+        io_loop = fs.stream.io_loop
+        real_call_later = io_loop.call_later
+
+        def call_later(delay, callback, *args, **kwargs):
+            if callback == fs._check_idle:
+                self.delays.append(delay)
+                return object()  # a handle: the stream only tests it for None
+            return real_call_later(delay, callback, *args, **kwargs)
+
+        monkeypatch.setattr(io_loop, "call_later", call_later)
+
+    def pending(self):
+        return len(self.delays)
+
+    def tick(self):
+        """Run the one check that is due (half a timeout after the last)."""
+        assert self.delays == [self.fs.read_idle_timeout / 2], self.delays
+        self.delays.clear()
+        self.fs._check_idle()
+
+
+def test_framed_idle_timeout_fires_on_the_third_silent_tick(monkeypatch):
+    """Checks run every half timeout; a read pending with no byte received
+    over three of them fails: between 1 and 1.5 timeouts of silence."""
+    from tornado_readinto import ReadTimeoutError
+
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)
         fs = FramedStream(server, read_idle_timeout=0.2)
+        ticks = _ManualIdleTicks(fs, monkeypatch)
         try:
-            await asyncio.sleep(0.5)  # no read pending: idleness is fine
+            assert ticks.pending() == 0  # no read yet: no check
+            reading = fs.read_frames()
+            await client.write(struct.pack("<QQ", 1, 100) + b"x" * 10)  # then silence
+            await until(lambda: server.nbytes_received == 26)
+            ticks.tick()  # bytes since the read began: not silent
+            ticks.tick()  # silent since the last check
+            assert not reading.done() and not server.closed()
+            ticks.tick()  # silent for a second check in a row
+            assert server.closed()
+            with pytest.raises(ReadTimeoutError) as info:
+                await reading
+            assert info.value.timeout == 0.2 and "frame 0 of 1" in str(info.value)
+            assert ticks.pending() == 0  # closed: checks stop
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_idle_timeout_spares_slow_steady_peer_and_idle_stream(monkeypatch):
+    """A stream with no read pending is never idle, however many checks
+    pass; a read whose bytes trickle in with at most one silent check
+    between them (under one timeout of silence) is never cut."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs = FramedStream(server, read_idle_timeout=0.2)
+        ticks = _ManualIdleTicks(fs, monkeypatch)
+        try:
+            assert ticks.pending() == 0  # no read yet: no check
+            first = struct.pack("<QQ", 1, 3) + b"one"
+            reading = fs.read_frames()  # pending: the checks start
+            await client.write(first)
+            assert [bytes(f) for f in await reading] == [b"one"]
+            for _ in range(10):  # no read pending: idleness is fine
+                ticks.tick()
             assert not server.closed()
             wire = struct.pack("<QQ", 1, 12) + b"abcdefghijkl"
             reading = fs.read_frames()
-            for i in range(0, len(wire), 4):  # a byte burst every 0.08 s: slow, not stalled
+            for i in range(0, len(wire), 4):  # a few bytes, then a silent check: slow, not stalled
                 await client.write(wire[i : i + 4])
-                await asyncio.sleep(0.08)
+                expected = len(first) + min(i + 4, len(wire))
+                await until(lambda expected=expected: server.nbytes_received == expected)
+                ticks.tick()
+                ticks.tick()
+                assert not server.closed()
             assert [bytes(f) for f in await reading] == [b"abcdefghijkl"]
             assert not server.closed()
         finally:
@@ -456,7 +534,7 @@ def test_framed_bad_header_already_read_ahead_fails_the_future():
         try:
             await client.write(struct.pack("<QQ", 1, 10) + b"x" * 10 + struct.pack("<QQ", 1, 2**40))
             assert [bytes(f) for f in await fs.read_frames()] == [b"x" * 10]
-            await asyncio.sleep(0.02)  # the bad header is read ahead by now
+            assert server.nbytes_received == 42  # the bad header was read ahead with the good message
             future = fs.read_frames()
             with pytest.raises(FrameTooLargeError):
                 await future

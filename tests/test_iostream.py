@@ -28,7 +28,7 @@ from tornado_readinto.testing import (
     stream_pair,
 )
 
-from .conftest import run
+from .conftest import bytes_waiting, run, until
 
 IMPLS = ["stock", "readinto", "stock-tls", "readinto-tls"]
 
@@ -285,7 +285,7 @@ def test_cancelled_read_closes_stream(make_ours, how):
                     await asyncio.wait_for(server.read_into(bytearray(10)), 0.05)
             else:
                 task = asyncio.ensure_future(server.read_bytes(10))
-                await asyncio.sleep(0.05)
+                await until(server.reading)  # the read is pending
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -367,8 +367,10 @@ def test_random_mixed_reads_against_stock_by_hash():
 
 def test_large_read_into_lands_in_caller_buffer_zero_copy():
     """Every recv of a large read_into targets the caller's memory, for
-    exactly the bytes still missing; only the first read-ahead bytes are
-    copied."""
+    exactly the bytes still missing, as long as DIRECT_READ_MIN_NBYTES or more
+    are missing; only a smaller remainder (if the recvs happen to leave one)
+    goes through the read-ahead buffer.  How the kernel splits the bytes into
+    recvs is up to the machine's pace: the checks hold for any split."""
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
@@ -382,17 +384,24 @@ def test_large_read_into_lands_in_caller_buffer_zero_copy():
             await client.write(payload)
             assert await reading == nbytes
             assert buf.tobytes() == payload
-            direct = [r for r in sock.recvs if lo <= r.address < lo + nbytes]
-            other = [r for r in sock.recvs if not lo <= r.address < lo + nbytes]
-            assert other == []  # nothing went through the read-ahead buffer
+            in_place = [lo <= r.address < lo + nbytes for r in sock.recvs]
+            direct = [r for r, inside in zip(sock.recvs, in_place) if inside]
+            other = [r for r, inside in zip(sock.recvs, in_place) if not inside]
             filled = 0
             for r in direct:
+                assert nbytes - filled >= DIRECT_READ_MIN_NBYTES  # large enough to receive in place
                 assert r.address == lo + filled  # the unfilled tail, in order
                 assert r.requested == nbytes - filled  # exactly what is missing
                 filled += r.received or 0
-            assert filled == nbytes
-            # and the stream never allocated its read-ahead buffer
-            assert server._ra is None
+            remainder = nbytes - filled
+            if remainder == 0:
+                assert other == []  # nothing went through the read-ahead buffer
+                assert server._ra is None  # which was never even allocated
+            else:
+                # the small remainder, after every direct recv, through the read-ahead buffer
+                assert remainder < DIRECT_READ_MIN_NBYTES
+                assert other and in_place == [True] * len(direct) + [False] * len(other)
+                assert sum(r.received or 0 for r in other) >= remainder
         finally:
             server.close()
             client.close()
@@ -421,7 +430,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
             try:
                 for _i in range(50):
                     await client.write(msg)
-                    await asyncio.sleep(0.002)  # the message has arrived whole
+                    await until(lambda: bytes_waiting(sock) == len(msg))  # the message has arrived whole
                     await server.read_into(header)
                     await server.read_into(body)
                     assert body == msg[8:]

@@ -25,7 +25,7 @@ from tornado_readinto import (
 )
 
 from . import _upstream
-from .conftest import run
+from .conftest import run, until
 
 # -- Tornado's suites ------------------------------------------------------------
 
@@ -254,10 +254,7 @@ def test_tcp_server_tls_handshake_failure_is_logged_and_server_keeps_serving(tls
             good = await client.connect("127.0.0.1", port, ssl_options=client_ctx, timeout=10)
             with closing(good):
                 await _echo_once(good)
-            for _ in range(100):
-                if all(s.closed() for s in server.streams[:2]):
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: all(s.closed() for s in server.streams[:2]))  # the test's timeout bounds a hang
             assert len(server.streams) == 3
             assert server.streams[0].closed() and server.streams[1].closed()
         finally:
