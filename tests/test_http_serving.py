@@ -150,8 +150,8 @@ def test_http_serving_trickled_headers_are_cut_at_the_header_deadline(loop_name,
 
     async def main():
         loop = asyncio.get_running_loop()
+        start = loop.time()  # before the connection, so before the server's header read began
         async with _connected(server_class, idle_connection_timeout=timeout) as (_, reader, writer):
-            start = loop.time()  # before the server's header read began
             writer.write(b"GET / HTTP/1.1\r\n")
             received = None
             i = 0
@@ -262,7 +262,7 @@ def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, 
             for i in range(nrequests):
                 writer.write(_request(i))
                 assert await _response(reader) == f"hello {i}".encode()
-            return len(zero_sleeps)
+        return len(zero_sleeps)  # the connection is gone: its loop has ended
 
     yields = run(main(), loop=loop_name)
     assert len(asked) == nrequests

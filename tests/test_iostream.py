@@ -6,6 +6,7 @@ import functools
 import hashlib
 import mmap
 import random
+import select
 import socket
 import tracemalloc
 
@@ -671,7 +672,8 @@ def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_c
     waits for the loop without a recv bound to fail with EAGAIN; one that
     starts `DRAINED_VALID_S` later (the loop thread was held up, e.g. by
     another thread holding the GIL) tries the recv first and, the data being
-    there, completes inline: an already resolved Future, no loop turn."""
+    there, completes inline: an already resolved Future, no loop turn.  A
+    write starts the window again."""
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, busy_poll_s=0)
@@ -688,10 +690,24 @@ def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_c
             assert await reading == 4 and buf == b"pong"
             sock.reset()
             client.socket.sendall(b"late")
+            select.select([sock], [], [], 10)  # arrived (no loop turn)
             stream_clock.now += DRAINED_VALID_S
             reading = server.read_into(buf)
             assert reading.done() and reading.result() == 4 and buf == b"late"
             assert [r.received for r in sock.recvs] == [4]
+            # a write starts the window again: a request/response peer answers
+            # only after it, however long the reply took to make
+            reading = server.read_into(buf)  # the recv above was short: parks
+            client.socket.sendall(b"next")
+            assert await reading == 4
+            stream_clock.now += DRAINED_VALID_S  # a slow reply...
+            await server.writelines([b"reply"])  # ...then sent
+            sock.reset()
+            reading = server.read_into(buf)
+            assert not reading.done() and sock.recvs == []  # waits for the loop
+            assert await client.read_bytes(5) == b"reply"
+            client.socket.sendall(b"last")
+            assert await reading == 4 and buf == b"last"
         finally:
             server.close()
             client.close()

@@ -11,6 +11,7 @@ import ssl
 from contextlib import closing
 
 import pytest
+import tornado.testing
 import tornado.util
 from tornado.iostream import StreamClosedError
 from tornado.tcpclient import TCPClient
@@ -412,3 +413,49 @@ def test_dask_backend_imports_no_private_names_from_comm():
         if alias.name.startswith("_")
     ]
     assert private == []
+
+
+_CONNECT_BY_ADDRESS = """
+import asyncio, socket, threading
+from tornado_readinto import ReadIntoTCPClient
+
+async def main():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = ReadIntoTCPClient()
+        stream = await client.connect("127.0.0.1", listener.getsockname()[1])
+        print(threading.active_count())
+        stream.close()
+        client.close()
+
+asyncio.run(main())
+"""
+
+
+def test_tcp_client_connects_to_an_address_without_starting_a_thread():
+    """Tornado's default resolver on asyncio's loop runs getaddrinfo in an
+    executor thread that then stays, and a process with another thread never
+    busy-polls: a numeric host is resolved inline (in a fresh process, so
+    that no earlier test's thread counts)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _CONNECT_BY_ADDRESS], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1"]
+
+
+def test_tcp_client_still_resolves_names():
+    async def main():
+        server = ReadIntoTCPServer()
+        sock, port = tornado.testing.bind_unused_port()
+        server.add_sockets([sock])
+        client = ReadIntoTCPClient()
+        try:
+            stream = await client.connect("localhost", port)
+            assert isinstance(stream, ReadIntoIOStream)
+            stream.close()
+        finally:
+            client.close()
+            server.stop()
+
+    run(main())

@@ -20,7 +20,8 @@ Strategy:
 * A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
   means the kernel had nothing more: we then wait for the selector instead of
   issuing a speculative ``recv`` that would fail with EAGAIN.  That proof
-  holds for `DRAINED_VALID_S`: a read that starts later (the loop thread was
+  holds for `DRAINED_VALID_S` after that recv or after the stream's last
+  write, whichever is later: a read that starts later (the loop thread was
   held up, typically waiting for the GIL while another thread ran Python)
   tries the ``recv`` first, since the data has most likely arrived, and a
   read it satisfies completes inline, in the same loop turn.  TLS sockets only
@@ -887,6 +888,13 @@ class ReadIntoIOStream(IOStream):
             exceeded (nothing is queued).
         """
         self._check_closed()
+        if not self._readable_hint:
+            # A request/response peer answers only after this write: the
+            # window in which the socket counts as empty starts again here,
+            # so a slow handler does not make the next read try a doomed
+            # recv (a stall from here on, such as a GIL hand-off at the
+            # sendmsg below, still counts).
+            self._drained_at = perf_counter()
         write_buffer = self._write_buffer
         if self._read_buffer_size and self._gather and len(write_buffer) == self._cork_nbytes:
             # (Never behind bytes queued by someone else, e.g. dask's direct

@@ -6,20 +6,46 @@ Stock `TCPClient.connect` builds its plain stream in the private
 subclass overrides the former (a copy that calls `ReadIntoTCPClient.make_stream`)
 and relies on `ReadIntoIOStream.start_tls`, which returns an
 `SSLReadIntoIOStream`.  Resolution, happy eyeballs (RFC 6555), ``timeout``,
-``source_ip`` and ``source_port`` are stock.
+``source_ip`` and ``source_port`` are stock, but a numeric host (an IP
+address) is resolved inline: Tornado's default resolver on asyncio's loop
+calls ``loop.getaddrinfo``, which starts an executor thread that then stays,
+and a process with another thread never busy-polls (see
+`tornado_readinto.busypoll`).
 """
 
 from __future__ import annotations
 
 import socket
-from typing import cast
+from typing import Any, cast
 
 from tornado.concurrent import Future
+from tornado.netutil import Resolver
 
 from ._tornado_compat import IOStream, TCPClient
 from .iostream import ReadIntoIOStream
 
 __all__ = ["ReadIntoTCPClient"]
+
+
+class _NumericHostResolver(Resolver):
+    """Resolves a numeric host inline (no thread, no syscall); hands any
+    other name to ``resolver``, which it owns."""
+
+    def initialize(self, resolver: Resolver) -> None:  # type: ignore[override]
+        self.resolver = resolver
+
+    def close(self) -> None:
+        self.resolver.close()
+
+    async def resolve(  # type: ignore[override]
+        self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
+    ) -> list[tuple[int, Any]]:
+        flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        try:
+            infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, flags=flags)
+        except socket.gaierror:
+            return await self.resolver.resolve(host, port, family)
+        return [(af, sockaddr) for af, _, _, _, sockaddr in infos]
 
 
 class ReadIntoTCPClient(TCPClient):
@@ -40,6 +66,15 @@ class ReadIntoTCPClient(TCPClient):
 
     .. versionadded:: 0.1
     """
+
+    def __init__(self, resolver: Resolver | None = None) -> None:
+        if resolver is not None:
+            super().__init__(resolver)
+            return
+        # Numeric hosts inline, names through Tornado's default resolver;
+        # both are this client's to close.
+        super().__init__(_NumericHostResolver(resolver=Resolver()))
+        self._own_resolver = True
 
     @classmethod
     def from_tcp_client(cls, client: TCPClient) -> ReadIntoTCPClient:
