@@ -32,6 +32,7 @@ from .iostream import ReadIntoIOStream, SSLReadIntoIOStream
 
 __all__ = [
     "resolve",
+    "resolve_numeric",
     "open_stream",
     "bind_tcp_sockets",
     "listen_tcp",
@@ -60,23 +61,39 @@ _TCP_USER_TIMEOUT: Final = getattr(socket, "TCP_USER_TIMEOUT", 18)
 # -- connecting -------------------------------------------------------------------
 
 
-async def resolve(host: str, port: int) -> list[tuple[socket.AddressFamily, Any]]:
-    """``getaddrinfo`` for a stream socket: the distinct ``(family,
-    sockaddr)`` pairs, in the resolver's order.  A numeric host is resolved
-    inline; a name goes to the loop's resolver (a thread pool).
-
-    :raises socket.gaierror: the name does not resolve.
-    """
-    flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=flags)
-    except socket.gaierror:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+def _distinct(infos: Any) -> list[tuple[socket.AddressFamily, Any]]:
     seen: list[tuple[socket.AddressFamily, Any]] = []
     for family, _, _, _, sockaddr in infos:
         if (family, sockaddr) not in seen:
             seen.append((family, sockaddr))
     return seen
+
+
+def resolve_numeric(
+    host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
+) -> list[tuple[socket.AddressFamily, Any]] | None:
+    """The distinct ``(family, sockaddr)`` pairs of a numeric host (an IP
+    address) for a stream socket, inline: no thread, no syscall; None for a
+    name, which needs a resolver."""
+    flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+    try:
+        return _distinct(socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, flags=flags))
+    except socket.gaierror:
+        return None
+
+
+async def resolve(host: str, port: int) -> list[tuple[socket.AddressFamily, Any]]:
+    """``getaddrinfo`` for a stream socket: the distinct ``(family,
+    sockaddr)`` pairs, in the resolver's order.  A numeric host is resolved
+    inline (`resolve_numeric`); a name goes to the loop's resolver (a thread
+    pool).
+
+    :raises socket.gaierror: the name does not resolve.
+    """
+    numeric = resolve_numeric(host, port)
+    if numeric is not None:
+        return numeric
+    return _distinct(await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM))
 
 
 def _real_error(exc: BaseException) -> BaseException:

@@ -21,6 +21,7 @@ from typing import Any, cast
 from tornado.concurrent import Future
 from tornado.netutil import Resolver
 
+from ._net import resolve_numeric
 from ._tornado_compat import IOStream, TCPClient
 from .iostream import ReadIntoIOStream
 
@@ -40,12 +41,10 @@ class _NumericHostResolver(Resolver):
     async def resolve(  # type: ignore[override]
         self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
     ) -> list[tuple[int, Any]]:
-        flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
-        try:
-            infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, flags=flags)
-        except socket.gaierror:
-            return await self.resolver.resolve(host, port, family)
-        return [(af, sockaddr) for af, _, _, _, sockaddr in infos]
+        numeric = resolve_numeric(host, port, family)
+        if numeric is not None:
+            return numeric  # type: ignore[return-value]
+        return await self.resolver.resolve(host, port, family)
 
 
 class ReadIntoTCPClient(TCPClient):
