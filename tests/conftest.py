@@ -148,3 +148,14 @@ def stream_clock(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(iostream, "perf_counter", clock)
     return clock
+
+
+@pytest.fixture(autouse=True)
+def _gil_uncontended():
+    """Every test starts with the GIL-keeping socket calls off (their switch
+    is process-wide, and a test that saw a stall must not change the next)."""
+    from tornado_readinto import _gilheld
+
+    _gilheld.held_until = 0.0
+    yield
+    _gilheld.held_until = 0.0

@@ -64,6 +64,7 @@ from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
 
+from . import _gilheld
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -133,6 +134,12 @@ _WRITE = ioloop.IOLoop.WRITE
 _ERROR = ioloop.IOLoop.ERROR
 
 BytesLike = Union[bytes, bytearray, memoryview]
+
+_STALL_S = _gilheld.STALL_S
+_COPY_S_PER_BYTE = _gilheld.COPY_S_PER_BYTE
+# A real socket's own C methods (see _own_socket_io).
+_SOCKET_RECV_INTO = socket.socket.recv_into
+_SOCKET_SENDMSG = getattr(socket.socket, "sendmsg", None)
 
 
 class _ReadFuture(Future):  # type: ignore[type-arg]
@@ -240,6 +247,15 @@ class ReadIntoIOStream(IOStream):
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
         self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
         self._gather = self._gather and hasattr(self.socket, "sendmsg")
+        # The GIL-keeping calls of _gilheld stand in only for a real socket's
+        # own C methods, never for a wrapper's or a subclass's overrides.
+        sock_type = type(self.socket)
+        self._own_socket_io = (
+            _gilheld.AVAILABLE
+            and self._gather
+            and sock_type.recv_into is _SOCKET_RECV_INTO
+            and sock_type.sendmsg is _SOCKET_SENDMSG
+        )
         # set_nodelay applies to TCP sockets only (the family never changes).
         self._tcp = self.socket.family in _TCP_FAMILIES
         # The stream's asyncio loop, given to its Futures: a Future made
@@ -523,7 +539,9 @@ class ReadIntoIOStream(IOStream):
             if self._cork_nbytes:
                 self._uncork()  # the reads caught up: send the held replies
             if self._busy_poll is not None:
-                self._busy_poll.parked(perf_counter())
+                now = perf_counter()
+                if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
+                    self._busy_poll.parked(now)
         return pos
 
     def _receive_or_park(self) -> None:
@@ -624,7 +642,7 @@ class ReadIntoIOStream(IOStream):
         and propagate."""
         requested = len(view)
         try:
-            received = self.read_from_fd(view)
+            received = self._recv_plain(view) if self._gather else self.read_from_fd(view)
         except OSError as e:
             self.close(exc_info=e)
             if self._is_connreset(e):
@@ -643,6 +661,40 @@ class ReadIntoIOStream(IOStream):
             self._drained_at = perf_counter()
         self.nbytes_received += received
         return received
+
+    def _recv_plain(self, view: memoryview) -> int | None:
+        """``recv_into`` on a plain socket (None on EAGAIN), keeping the GIL
+        while it is contended (see `tornado_readinto._gilheld`)."""
+        start = perf_counter()
+        if self._own_socket_io and start < _gilheld.held_until:
+            try:
+                return _gilheld.recv_into(self.socket.fileno(), view)
+            except BlockingIOError:
+                return None
+        try:
+            received = self.socket.recv_into(view, len(view))
+        except BlockingIOError:
+            received = None
+        end = perf_counter()
+        if end - start > _STALL_S + (received or 0) * _COPY_S_PER_BYTE:
+            _gilheld.note_stall(end)
+        return received  # type: ignore[no-any-return]
+
+    def _sendmsg(self, buffers: Any) -> int:
+        """``sendmsg(buffers)`` on a plain socket, keeping the GIL while it
+        is contended (see `tornado_readinto._gilheld`).
+
+        :raises BlockingIOError: the send buffer is full.
+        :raises OSError: the send failed.
+        """
+        start = perf_counter()
+        if self._own_socket_io and start < _gilheld.held_until:
+            return _gilheld.writev(self.socket.fileno(), buffers)
+        sent = self.socket.sendmsg(buffers)
+        end = perf_counter()
+        if end - start > _STALL_S + sent * _COPY_S_PER_BYTE:
+            _gilheld.note_stall(end)
+        return sent  # type: ignore[no-any-return]
 
     def _read_to_buffer(self, limit: int | None = None) -> int | None:
         """One ``recv_into`` into the free tail of the read-ahead buffer (at
@@ -913,7 +965,7 @@ class ReadIntoIOStream(IOStream):
                 for data in buffers:
                     total += _buffer_nbytes(data)
                 try:
-                    sent = self.socket.sendmsg(buffers) if total else 0
+                    sent = self._sendmsg(buffers) if total else 0
                 except BlockingIOError:
                     blocked = True
                 except Exception:
@@ -1000,7 +1052,7 @@ class ReadIntoIOStream(IOStream):
             super()._handle_write()
             return
         write_buffer = self._write_buffer
-        sendmsg = self.socket.sendmsg
+        sendmsg = self._sendmsg
         while write_buffer:
             views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
             try:

@@ -1,0 +1,412 @@
+"""The socket calls that keep the GIL (`tornado_readinto._gilheld`) and the
+streams' switch to them while the GIL is contended.
+
+The calls themselves are checked on real socket pairs (bytes, errors, buffer
+exports, and that they really keep the GIL).  The switch is checked on
+explicit clocks (a stalled call is one that took long on the stream's
+clock) and once with a real thread running Python, by what happened:
+which calls carried the bytes, never how fast."""
+
+import asyncio
+import contextlib
+import math
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+from tornado.iostream import StreamClosedError
+
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld
+from tornado_readinto import iostream as iostream_module
+from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+
+from .conftest import Clock, run
+
+PAYLOAD = bytes(range(256)) * 4  # 1 KiB
+HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+@contextlib.contextmanager
+def idle_thread():
+    """Another Python thread exists (waiting, holding nothing)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def gil_holding_thread():
+    """A thread running pure Python, as a dask worker's task thread does."""
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+class HeldCalls:
+    """Counts the held calls (wrapping `_gilheld.recv_into` and `writev`),
+    recording where each recv was asked to land."""
+
+    def __init__(self, monkeypatch):
+        self.recvs = []  # (address, requested, received or None)
+        self.writes = []  # bytes sent per writev
+        recv_into, writev = _gilheld.recv_into, _gilheld.writev
+
+        def counting_recv_into(fd, view):
+            try:
+                received = recv_into(fd, view)
+            except BlockingIOError:
+                self.recvs.append((buffer_address(view), len(view), None))
+                raise
+            self.recvs.append((buffer_address(view), len(view), received))
+            return received
+
+        def counting_writev(fd, buffers):
+            sent = writev(fd, buffers)
+            self.writes.append(sent)
+            return sent
+
+        monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
+        monkeypatch.setattr(_gilheld, "writev", counting_writev)
+
+
+# -- the calls -------------------------------------------------------------------
+
+
+def test_available_on_this_platform():
+    """CI runs CPython with a GIL on Linux: the calls must exist there."""
+    assert _gilheld.AVAILABLE
+
+
+def test_recv_into_lands_in_the_view_and_raises_as_the_socket_method_does(pair):
+    a, b = pair
+    target = np.zeros(100, dtype=np.uint8)
+    with pytest.raises(BlockingIOError):
+        _gilheld.recv_into(b.fileno(), memoryview(target))
+    a.send(b"0123456789")
+    assert _gilheld.recv_into(b.fileno(), memoryview(target)[5:8]) == 3  # at most len(view)
+    assert bytes(target[:10]) == b"\0" * 5 + b"012" + b"\0\0"
+    rest = bytearray(20)
+    assert _gilheld.recv_into(b.fileno(), memoryview(rest)) == 7
+    assert rest[:7] == b"3456789"
+    rest += b"x"  # the export ended with the call: the bytearray can resize
+    a.close()
+    assert _gilheld.recv_into(b.fileno(), memoryview(rest)) == 0  # EOF
+
+
+def test_recv_into_reports_a_reset_connection():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with client, server:
+        server.setblocking(False)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # RST
+        with pytest.raises(ConnectionResetError):
+            _gilheld.recv_into(server.fileno(), memoryview(bytearray(10)))
+
+
+def test_writev_sends_every_kind_of_buffer_in_order_without_copying_them(pair):
+    a, b = pair
+    floats = np.arange(10, dtype="f8")
+    parts = [
+        b"bytes",
+        bytearray(b"bytearray"),
+        memoryview(b"--read-only slice--")[2:-2],  # read-only, offset
+        b"",
+        memoryview(bytearray(b"writable view"))[:8],
+        floats,  # not bytes-formatted: sized by nbytes
+    ]
+    expected = b"".join(memoryview(p).tobytes() for p in parts)
+    assert _gilheld.writev(a.fileno(), parts) == len(expected)
+    assert b.recv(1000) == expected
+    grown = parts[1]
+    grown += b"!"  # every export ended with the call
+
+
+def test_writev_rejects_a_non_contiguous_buffer_and_releases_what_it_exported(pair):
+    a, b = pair
+    first = bytearray(b"first")
+    with pytest.raises(BufferError):
+        _gilheld.writev(a.fileno(), [memoryview(b"abc")[::-1], first])
+    with pytest.raises(BufferError):
+        _gilheld.writev(a.fileno(), [first, np.arange(10)[::2]])
+    first += b"!"  # not left exported by the failed call
+    with pytest.raises(BlockingIOError):
+        b.recv(10)  # nothing was sent
+
+
+def test_writev_sends_part_when_the_buffer_fills_then_raises_eagain_then_epipe(pair):
+    a, b = pair
+    big = bytes(64 * 1024 * 1024)
+    sent = _gilheld.writev(a.fileno(), [big])
+    assert 0 < sent < len(big)
+    with pytest.raises(BlockingIOError):
+        _gilheld.writev(a.fileno(), [big])
+    b.close()
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        _gilheld.writev(a.fileno(), [b"x"])
+
+
+def test_the_calls_keep_the_gil_and_the_socket_methods_release_it():
+    """A Python thread ticks while the main thread waits in a blocking
+    ``recv`` that the kernel ends after 0.3 s (SO_RCVTIMEO), and records the
+    longest pause between its ticks.  Through the socket method it keeps
+    ticking; through the held call it cannot run a single bytecode until
+    the call returns, so it sees a pause as long as the call."""
+    a, b = socket.socketpair()
+    with a, b:
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 300_000))
+        longest = [0.0]
+        stop = threading.Event()
+
+        def tick():
+            last = time.monotonic()
+            while not stop.is_set():
+                now = time.monotonic()
+                if now - last > longest[0]:
+                    longest[0] = now - last
+                last = now
+
+        def pause_during(call):
+            time.sleep(0.05)  # the ticker runs
+            longest[0] = 0.0
+            with pytest.raises(BlockingIOError):
+                call()
+            time.sleep(0.05)  # the ticker notes the pause, if any
+            return longest[0]
+
+        thread = threading.Thread(target=tick, daemon=True)
+        thread.start()
+        try:
+            buf = bytearray(10)
+            released = pause_during(lambda: b.recv_into(buf))
+            held = pause_during(lambda: _gilheld.recv_into(b.fileno(), memoryview(buf)))
+        finally:
+            stop.set()
+            thread.join()
+    assert held >= 0.25
+    assert released < 0.2
+
+
+# -- the streams' switch -------------------------------------------------------
+
+
+async def _echo_rounds(server, client, n):
+    """``n`` 1 KiB ping-pongs: ``client`` writes, ``server`` echoes."""
+    head, body = bytearray(16), bytearray(len(PAYLOAD))
+    for i in range(n):
+        payload = i.to_bytes(8, "little") + PAYLOAD[8:]
+        await client.write(HEADER + payload)
+        await server.read_into(head)
+        await server.read_into(body)
+        await server.writelines([head, body])
+        assert await client.read_bytes(16 + len(PAYLOAD)) == HEADER + payload
+
+
+def test_a_stalled_socket_call_switches_the_process_to_held_calls_until_a_probe_finds_none(
+    loop_name, monkeypatch
+):
+    """On a clock where every call takes 3 ms (over STALL_S): the first
+    socket call stalls, and from then on every recv and send of every plain
+    stream goes through the held calls, straight into the caller's buffers.
+    After HOLD_S a probe goes through the socket again; on a quick clock it
+    finds no stall, and the socket methods stay."""
+    clock = Clock(step=3e-3)
+    monkeypatch.setattr(iostream_module, "perf_counter", clock)
+    monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)  # however many readings the rounds take
+    held = HeldCalls(monkeypatch)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            with idle_thread():
+                await _echo_rounds(server, client, 1)
+                assert _gilheld.held(clock.now)
+                held.recvs.clear()
+                held.writes.clear()
+                head, body = bytearray(16), bytearray(len(PAYLOAD))
+                for _ in range(5):
+                    await client.write(HEADER + PAYLOAD)
+                    await server.read_into(head)
+                    await server.read_into(body)
+                    await server.writelines([head, body])
+                    assert await client.read_bytes(16 + len(PAYLOAD)) == HEADER + PAYLOAD
+                # the server's reads and writes, and the (plain) client's too
+                assert len(held.writes) == 10 and set(held.writes) == {16 + len(PAYLOAD)}
+                landed = [r for r in held.recvs if r[2]]
+                assert landed and sum(r[2] for r in landed) == 10 * (16 + len(PAYLOAD))
+
+                clock.step = 0.0
+                clock.now = _gilheld.held_until  # HOLD_S later: the next call probes
+                held.recvs.clear()
+                held.writes.clear()
+                await _echo_rounds(server, client, 3)
+                assert not _gilheld.held(clock.now)
+                assert held.recvs == [] and held.writes == []
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_a_large_read_into_lands_in_the_callers_buffer_through_held_calls(loop_name, monkeypatch):
+    """Held or not, a large ``read_into`` receives straight into the
+    caller's memory, for exactly the bytes still missing, and a large write
+    is sent in parts by reference as the socket drains."""
+    monkeypatch.setattr(_gilheld, "held_until", math.inf)
+    held = HeldCalls(monkeypatch)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            nbytes = 8 * 1024 * 1024
+            payload = np.random.default_rng(7).integers(0, 256, nbytes, dtype=np.uint8)
+            buf = np.empty(nbytes, dtype=np.uint8)
+            reading = server.read_into(buf)
+            await client.write(memoryview(payload))
+            assert await reading == nbytes
+            assert np.array_equal(buf, payload)
+            lo = buffer_address(buf)
+            direct = [r for r in held.recvs if lo <= r[0] < lo + nbytes]
+            filled = 0
+            for address, requested, received in direct:
+                assert address == lo + filled and requested == nbytes - filled
+                filled += received or 0
+            assert filled > nbytes // 2  # most of it went straight in
+            assert len(held.writes) > 1 and sum(held.writes) == nbytes  # in parts, as the peer drained
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_a_stall_without_other_threads_is_the_machines_not_the_gils(loop_name, monkeypatch):
+    """Only a thread that wants the GIL makes held calls worth their cost: in
+    a process with no other Python thread, a stalled call changes nothing."""
+    clock = Clock(step=5e-3)
+    monkeypatch.setattr(iostream_module, "perf_counter", clock)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    held = HeldCalls(monkeypatch)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            await _echo_rounds(server, client, 3)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+    assert not _gilheld.held(clock.now)
+    assert held.recvs == [] and held.writes == []
+
+
+def test_wrapped_sockets_and_tls_streams_keep_their_own_methods(loop_name, monkeypatch, tls_contexts):
+    """The held calls stand in only for a real socket's own C methods: a
+    wrapper's (here a RecordingSocket's) are called as they are, and TLS
+    streams read and write through their SSL object."""
+    monkeypatch.setattr(_gilheld, "held_until", math.inf)
+    held = HeldCalls(monkeypatch)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        try:
+            assert not server._own_socket_io and client._own_socket_io
+            await _echo_rounds(server, client, 3)
+            sock = server.socket
+            assert sum(r.received or 0 for r in sock.recvs) == 3 * (16 + len(PAYLOAD))
+            assert sock.sends == [16 + len(PAYLOAD)] * 3
+            assert len(held.writes) == 3  # the client's
+        finally:
+            server.close()
+            client.close()
+        server_ctx, client_ctx = tls_contexts
+        server, client = await stream_pair(SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx)
+        try:
+            assert not server._own_socket_io and not client._own_socket_io
+            held.recvs.clear()
+            held.writes.clear()
+            await _echo_rounds(server, client, 3)
+            assert held.recvs == [] and held.writes == []
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_held_calls_report_a_reset_peer_and_a_broken_pipe_as_closed_streams(loop_name, monkeypatch):
+    monkeypatch.setattr(_gilheld, "held_until", math.inf)
+    HeldCalls(monkeypatch)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        reading = server.read_into(bytearray(10))
+        client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # RST
+        with pytest.raises(StreamClosedError):
+            await reading
+        assert server.closed() and isinstance(server.error, ConnectionResetError)
+
+        server, client = await stream_pair(ReadIntoIOStream)
+        client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        await asyncio.sleep(0)
+        with pytest.raises(StreamClosedError):
+            for _ in range(100):  # the first write may land before the RST is seen
+                await server.write(b"x" * 100_000)
+        assert server.closed()
+
+    run(main(), loop=loop_name)
+
+
+def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name):
+    """Real contention: a thread runs Python beside the loop, so the loop
+    thread's socket calls lose the GIL to it, the stream sees such a stall
+    and switches to the held calls, and the echo goes on, byte for byte."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            with gil_holding_thread():
+                for _ in range(200):  # bounded: the first stall switches
+                    await _echo_rounds(server, client, 5)
+                    if _gilheld.held(iostream_module.perf_counter()):
+                        break
+                assert _gilheld.held(iostream_module.perf_counter())
+                await _echo_rounds(server, client, 20)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)

@@ -1,0 +1,214 @@
+"""Non-blocking socket calls that keep the GIL: ``recv`` and ``writev``.
+
+Why: every ``socket`` method releases the GIL around its syscall, even on a
+non-blocking socket where the call takes a microsecond.  While another thread
+wants the GIL (a dask worker's task threads running Python), each release
+hands the GIL over, and the event-loop thread waits up to the switch interval
+(5 ms by default, more with several such threads) to get it back: a reply
+costs one hand-off for its ``recv`` and one for its ``send``, on top of the
+one that waiting in ``epoll_wait`` costs.  The calls here go through
+`ctypes.PyDLL`, whose foreign calls keep the GIL (documented ctypes
+behaviour): a non-blocking ``recv`` or ``writev`` returns at once, so holding
+the GIL for it delays nobody, and the loop thread keeps running until it has
+to wait for the network.
+
+Cost: 1-3 us more per call than the ``socket`` method (the foreign call,
+an iovec and a buffer export per buffer), so streams use these only while
+the GIL is seen to be contended: a stream times its ``socket`` calls (two
+``perf_counter`` reads), and one that took over `STALL_S` (a non-blocking
+call takes microseconds; only a wait for the GIL takes milliseconds) turns
+the held calls on for the whole process (`note_stall`) for `HOLD_S`.  Then
+the next call goes through ``socket`` again, timed, as a probe: under
+continuous contention that costs one hand-off per `HOLD_S`, and once the
+other threads go idle the held calls stop.
+
+Available on CPython on POSIX systems with a GIL (`AVAILABLE`); elsewhere the
+streams keep the ``socket`` methods.  Errors are raised as the ``socket``
+methods raise them: `OSError` with the ``errno``, so EAGAIN arrives as
+`BlockingIOError`; EINTR is retried.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["AVAILABLE", "COPY_S_PER_BYTE", "HOLD_S", "STALL_S", "held", "note_stall", "recv_into", "writev"]
+
+#: A ``socket`` call on a non-blocking socket that took longer than this
+#: (plus `COPY_S_PER_BYTE` per byte moved) waited for the GIL: a hand-off
+#: costs up to the switch interval, 5 ms by default, while a call takes
+#: microseconds plus its copy.
+STALL_S = 2e-3  # seconds
+
+#: Time a call may spend copying, per byte, before it counts as a stall
+#: (1 ms per MB: a slow memcpy).
+COPY_S_PER_BYTE = 1e-9  # seconds per byte
+
+#: How long the held calls stay on after a stall (`note_stall`).
+HOLD_S = 1.0  # seconds
+
+
+def _gil_enabled() -> bool:
+    return not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+class _PyBuffer(ctypes.Structure):
+    """``Py_buffer`` (the buffer protocol's public struct)."""
+
+    _fields_ = [  # noqa: RUF012 (ctypes declares fields this way)
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+class _IOVec(ctypes.Structure):
+    """``struct iovec``."""
+
+    # char* rather than void*: a bytes object assigned to it is stored as a
+    # pointer to its own storage (an int address is accepted too).
+    _fields_ = [("iov_base", ctypes.c_char_p), ("iov_len", ctypes.c_size_t)]  # noqa: RUF012
+
+
+def _load() -> tuple[Any, Any, Any, Any] | None:
+    if sys.implementation.name != "cpython" or os.name != "posix" or not _gil_enabled():
+        return None
+    try:
+        libc = ctypes.PyDLL(None, use_errno=True)  # the process's own symbols
+        c_recv = libc.recv
+        c_writev = libc.writev
+        get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+        release_buffer = ctypes.pythonapi.PyBuffer_Release
+    except (OSError, AttributeError):  # pragma: no cover (no libc symbols)
+        return None
+    c_recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    c_recv.restype = ctypes.c_ssize_t
+    c_writev.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_int]
+    c_writev.restype = ctypes.c_ssize_t
+    get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    get_buffer.restype = ctypes.c_int
+    release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+    release_buffer.restype = None
+    return c_recv, c_writev, get_buffer, release_buffer
+
+
+_funcs = _load()
+
+#: True where these calls exist: CPython with a GIL on a POSIX system.
+AVAILABLE = _funcs is not None
+
+if _funcs is not None:
+    _c_recv, _c_writev, _get_buffer, _release_buffer = _funcs
+
+_get_errno = ctypes.get_errno
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+_byref = ctypes.byref
+
+#: perf_counter time until which streams use the held calls (process-wide:
+#: the GIL is).
+held_until = 0.0
+
+
+def held(now: float) -> bool:
+    """True while streams should use the held calls (``now`` is
+    `time.perf_counter` seconds)."""
+    return now < held_until
+
+
+def note_stall(now: float) -> None:
+    """A ``socket`` call that ended at ``now`` (perf_counter seconds) took
+    over `STALL_S`: use the held calls for the next `HOLD_S`, where they
+    exist and another Python thread does (without one, the stall was not a
+    wait for the GIL but the machine's: a preempted process)."""
+    global held_until
+    if AVAILABLE and threading.active_count() > 1:
+        held_until = now + HOLD_S
+
+
+def _raise(err: int) -> None:
+    raise OSError(err, os.strerror(err))  # EAGAIN becomes BlockingIOError
+
+
+def recv_into(fd: int, view: memoryview) -> int:
+    """``recv(fd, view, len(view), 0)`` without releasing the GIL; the socket
+    must be non-blocking and ``view`` writable, C-contiguous and not empty.
+
+    Returns the byte count (0 at EOF).
+    :raises BlockingIOError: nothing to receive (EAGAIN).
+    :raises OSError: any other error, with its ``errno``.
+    """
+    target = _from_buffer(view)  # exports the buffer until deleted
+    try:
+        while True:
+            received = _c_recv(fd, _addressof(target), len(view), 0)
+            if received >= 0:
+                return received  # type: ignore[no-any-return]
+            err = _get_errno()
+            if err != errno.EINTR:
+                _raise(err)
+    finally:
+        del target
+
+
+def writev(fd: int, buffers: Sequence[Any]) -> int:
+    """``writev(fd, buffers)`` without releasing the GIL, for a non-blocking
+    socket; ``buffers`` are C-contiguous buffers (at most ``IOV_MAX``), sized
+    in bytes.  Each stays exported until the call returns; nothing is
+    copied.  Returns the bytes sent.
+
+    :raises BlockingIOError: the socket's send buffer is full (EAGAIN).
+    :raises OSError: any other error (EPIPE, ECONNRESET...), with its ``errno``.
+    """
+    count = len(buffers)
+    iov = (_IOVec * count)()
+    exports: list[Any] = []  # keeps every buffer exported during the call
+    read_only: list[_PyBuffer] = []
+    try:
+        for i in range(count):
+            data = buffers[i]
+            vec = iov[i]
+            if type(data) is bytes:
+                vec.iov_base = data  # the bytes' own storage; iov keeps a reference
+                vec.iov_len = len(data)
+                continue
+            view = data if type(data) is memoryview else memoryview(data)
+            nbytes = view.nbytes
+            if not nbytes:
+                continue
+            if not view.readonly:
+                target = _from_buffer(view)
+                exports.append(target)
+                vec.iov_base = _addressof(target)
+            else:
+                exported = _PyBuffer()
+                _get_buffer(view, _byref(exported), 0)  # PyBUF_SIMPLE; raises BufferError if not contiguous
+                read_only.append(exported)
+                vec.iov_base = exported.buf
+            vec.iov_len = nbytes
+        while True:
+            sent = _c_writev(fd, iov, count)
+            if sent >= 0:
+                return sent  # type: ignore[no-any-return]
+            err = _get_errno()
+            if err != errno.EINTR:
+                _raise(err)
+    finally:
+        for exported in read_only:
+            _release_buffer(_byref(exported))
+        del exports
