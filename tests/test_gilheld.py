@@ -21,6 +21,7 @@ from tornado.iostream import StreamClosedError
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld
 from tornado_readinto import iostream as iostream_module
+from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
 from .conftest import Clock, run
@@ -390,10 +391,13 @@ def test_held_calls_report_a_reset_peer_and_a_broken_pipe_as_closed_streams(loop
     run(main(), loop=loop_name)
 
 
-def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name):
+def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name, monkeypatch):
     """Real contention: a thread runs Python beside the loop, so the loop
     thread's socket calls lose the GIL to it, the stream sees such a stall
-    and switches to the held calls, and the echo goes on, byte for byte."""
+    and switches to the held calls, and the echo goes on, byte for byte.
+    (HOLD_S is stretched so that no probe ends the switch mid-test on a slow
+    machine.)"""
+    monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)
@@ -404,7 +408,12 @@ def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name
                     if _gilheld.held(iostream_module.perf_counter()):
                         break
                 assert _gilheld.held(iostream_module.perf_counter())
+                parks = server._busy_poll.parks
+                ticks = spinner_for(asyncio.get_running_loop()).ticks
                 await _echo_rounds(server, client, 20)
+                # held: parked reads neither spin nor run the busy-poll policy
+                assert server._busy_poll.parks == parks
+                assert spinner_for(asyncio.get_running_loop()).ticks == ticks
         finally:
             server.close()
             client.close()

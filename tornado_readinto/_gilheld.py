@@ -39,7 +39,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["AVAILABLE", "COPY_S_PER_BYTE", "HOLD_S", "STALL_S", "held", "note_stall", "recv_into", "writev"]
+__all__ = ["AVAILABLE", "COPY_S_PER_BYTE", "ENV_VAR", "HOLD_S", "STALL_S", "held", "note_stall", "recv_into", "writev"]
 
 #: A ``socket`` call on a non-blocking socket that took longer than this
 #: (plus `COPY_S_PER_BYTE` per byte moved) waited for the GIL: a hand-off
@@ -107,9 +107,14 @@ def _load() -> tuple[Any, Any, Any, Any] | None:
     return c_recv, c_writev, get_buffer, release_buffer
 
 
-_funcs = _load()
+#: The environment variable that turns the held calls off when set to 0
+#: (for A/B measurements; read once, at import).
+ENV_VAR = "TORNADO_READINTO_HOLD_GIL"
 
-#: True where these calls exist: CPython with a GIL on a POSIX system.
+_funcs = _load() if os.environ.get(ENV_VAR, "1") != "0" else None
+
+#: True where these calls exist (CPython with a GIL on a POSIX system) and
+#: `ENV_VAR` does not turn them off.
 AVAILABLE = _funcs is not None
 
 if _funcs is not None:
@@ -173,6 +178,7 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
     copied.  Returns the bytes sent.
 
     :raises BlockingIOError: the socket's send buffer is full (EAGAIN).
+    :raises BufferError: a buffer is not C-contiguous (nothing is sent).
     :raises OSError: any other error (EPIPE, ECONNRESET...), with its ``errno``.
     """
     count = len(buffers)
@@ -191,13 +197,15 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
             nbytes = view.nbytes
             if not nbytes:
                 continue
+            if not view.c_contiguous:
+                raise BufferError(f"writev: buffer {i} is not C-contiguous")
             if not view.readonly:
                 target = _from_buffer(view)
                 exports.append(target)
                 vec.iov_base = _addressof(target)
             else:
                 exported = _PyBuffer()
-                _get_buffer(view, _byref(exported), 0)  # PyBUF_SIMPLE; raises BufferError if not contiguous
+                _get_buffer(view, _byref(exported), 0)  # PyBUF_SIMPLE
                 read_only.append(exported)
                 vec.iov_base = exported.buf
             vec.iov_len = nbytes

@@ -37,6 +37,15 @@ Strategy:
   halted CPU) costs more than that.  The stream never spins inside its own
   callback, so other connections and callbacks are never held up, on any
   event loop.  ``busy_poll_s=0`` turns it off.
+* While another thread holds the GIL (a dask worker's task threads running
+  Python), every ``socket`` call's GIL release can hand the GIL over, and
+  the loop thread then waits up to the 5 ms switch interval for it.  Plain
+  sockets time their ``recv_into``/``sendmsg`` (two ``perf_counter`` reads);
+  once one is seen to stall that long, the process's plain streams make
+  those calls through `tornado_readinto._gilheld` (``recv``/``writev`` that
+  keep the GIL: non-blocking, they return in microseconds) for the next
+  second, then probe again.  Only the loop's own wait for the network
+  (``epoll_wait``) still releases the GIL.
 * Reads and writes that can finish at once take a short path: a read whose
   bytes are already read ahead is copied out and returned as a resolved
   Future (no read state, no syscall); a write to an idle plain socket is one
@@ -200,6 +209,10 @@ class ReadIntoIOStream(IOStream):
       ``nbytes``, not counted against ``max_buffer_size``;
     * no speculative ``recv`` that is known to fail with EAGAIN, and no
       ``epoll_ctl`` churn between consecutive reads;
+    * on a plain socket, while other threads are seen to hold the GIL,
+      ``recv``/``writev`` calls that keep the GIL instead of the ``socket``
+      methods, whose every GIL release can cost a 5 ms hand-off (1-3 us
+      more per call; see `tornado_readinto._gilheld`);
     * a read whose Future is cancelled closes the stream;
     * a stream that closes in the middle of `read_bytes` or `read_into` fails
       the read with `IncompleteReadError` (a ``StreamClosedError``) carrying the
@@ -642,7 +655,7 @@ class ReadIntoIOStream(IOStream):
         and propagate."""
         requested = len(view)
         try:
-            received = self._recv_plain(view) if self._gather else self.read_from_fd(view)
+            received = self.read_from_fd(view)
         except OSError as e:
             self.close(exc_info=e)
             if self._is_connreset(e):
@@ -662,17 +675,18 @@ class ReadIntoIOStream(IOStream):
         self.nbytes_received += received
         return received
 
-    def _recv_plain(self, view: memoryview) -> int | None:
-        """``recv_into`` on a plain socket (None on EAGAIN), keeping the GIL
-        while it is contended (see `tornado_readinto._gilheld`)."""
+    def read_from_fd(self, buf: bytearray | memoryview) -> int | None:
+        """As stock (``recv_into``; None on EAGAIN), but while the GIL is
+        contended a real socket is read with a ``recv`` that keeps it (see
+        `tornado_readinto._gilheld`).  Costs two ``perf_counter`` reads."""
         start = perf_counter()
         if self._own_socket_io and start < _gilheld.held_until:
             try:
-                return _gilheld.recv_into(self.socket.fileno(), view)
+                return _gilheld.recv_into(self.socket.fileno(), buf)
             except BlockingIOError:
                 return None
         try:
-            received = self.socket.recv_into(view, len(view))
+            received = self.socket.recv_into(buf, len(buf))
         except BlockingIOError:
             received = None
         end = perf_counter()
@@ -1199,6 +1213,9 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):
     _short_read_drains = False
     # Its socket starts plain and is wrapped after connect(): decide here.
     _gather = False
+
+    # SSL_read through the ssl object (SSLIOStream's), never the plain path.
+    read_from_fd = SSLIOStream.read_from_fd
 
     def _handle_read(self) -> None:
         if self._ssl_accepting:
