@@ -150,7 +150,7 @@ def _raise(err: int) -> None:
     raise OSError(err, os.strerror(err))  # EAGAIN becomes BlockingIOError
 
 
-def recv_into(fd: int, view: memoryview) -> int:
+def recv_into(fd: int, view: bytearray | memoryview) -> int:
     """``recv(fd, view, len(view), 0)`` without releasing the GIL; the socket
     must be non-blocking and ``view`` writable, C-contiguous and not empty.
 

@@ -40,7 +40,9 @@ __all__ = [
     "MIN_TORNADO",
     "PRIVATE_ENTRY_POINT_HOOKS",
     "PRIVATE_INSTANCE_ATTRS",
+    "PRIVATE_SSL_STREAM_HOOKS",
     "PRIVATE_STREAM_ATTRS",
+    "PRIVATE_STREAM_HOOKS",
     "Configurable",
     "HTTP1Connection",
     "HTTP1ServerConnection",
@@ -104,6 +106,38 @@ PRIVATE_STREAM_ATTRS = (
     "_state",
     "_closed",
 )
+
+
+#: Methods of Tornado's ``BaseIOStream``/``IOStream``/``SSLIOStream`` (private
+#: hooks, and the public ``read_from_fd``/``write_to_fd`` that subclasses
+#: implement) that `ReadIntoIOStream` or `SSLReadIntoIOStream` override or
+#: call.  ``tests/test_tornado_compat.py`` checks that each exists on Tornado's
+#: classes and that every method our stream classes define under a name
+#: Tornado's classes also have is listed here: an override is never silent.
+PRIVATE_STREAM_HOOKS = (
+    "_handle_read",
+    "_handle_write",
+    "_handle_events",
+    "_handle_connect",
+    "_read_to_buffer_loop",
+    "_read_to_buffer",
+    "_find_read_pos",
+    "_finish_read",
+    "_consume",
+    "_read_from_buffer",
+    "_signal_closed",
+    "_start_read",
+    "_try_inline_read",
+    "_maybe_add_error_listener",
+    "_add_io_state",
+    "_check_closed",
+    "_is_connreset",
+    "read_from_fd",
+    "write_to_fd",
+)
+
+#: The same for `SSLReadIntoIOStream` and Tornado's ``SSLIOStream``.
+PRIVATE_SSL_STREAM_HOOKS = ("_do_ssl_handshake", "wait_for_handshake", "_finish_ssl_connect")
 
 
 def check_stream_attrs(stream: object) -> list[str]:
