@@ -4,6 +4,7 @@
     python -m benchmarks load --full --json load.json --plot load.png
     python -m benchmarks load --server readinto,asyncio-streams --rate 200
     python -m benchmarks load --gil-thread --clients 8,64  # a GIL-holding thread in each server
+    python -m benchmarks load --tls both             # each case over plain TCP, then over TLS
     python -m benchmarks load --list
 
 (``python -m benchmarks.load`` runs the same.)  Each case (server x event
@@ -18,7 +19,10 @@ server's CPU time and that of the server's event-loop thread (see
 thread's CPU microseconds per echoed message.  ``--gil-thread`` runs,
 beside each server's event loop, a thread that holds the GIL (as a dask
 worker's task thread running pure Python does); the loop thread's CPU
-leaves that thread out.  Every echo is checked (header, sequence stamp),
+leaves that thread out.  ``--tls`` runs every server and the client over
+TLS (a throwaway CA and certificate per case, made by trustme): stock
+``SSLIOStream``, ``SSLReadIntoIOStream``, and the asyncio anchors on the
+loop's SSL transport.  Every echo is checked (header, sequence stamp),
 the first and last of each connection byte for byte, and the server's
 message count against the client's; a failed check fails the case and
 makes the exit status non-zero.  See benchmarks/README.rst.
@@ -27,9 +31,12 @@ makes the exit status non-zero.  See benchmarks/README.rst.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import ssl
 import sys
-from collections.abc import Hashable, Sequence
+import tempfile
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/load.py
 
 from benchmarks import harness as h  # noqa: E402
 from benchmarks.harness import plot as plots  # noqa: E402
-from benchmarks.impls import EVENT_LOOPS, IMPLS, availability  # noqa: E402
+from benchmarks.impls import EVENT_LOOPS, IMPLS, _tls, availability  # noqa: E402
 from benchmarks.impls._loadclient import default_client_loop  # noqa: E402
 
 #: ``--server`` names -> (echo implementation in ``benchmarks.impls.IMPLS``, wire
@@ -60,7 +67,7 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
 }
 
 #: The ratio columns: loop-thread CPU per message relative to these servers,
-#: same loop and same case (GIL thread or not included).
+#: same loop and same case (GIL thread or not, TLS or not included).
 BASELINES = ("asyncio-streams", "stock")
 
 #: The server whose msgs/s the ``msgs/s x stock`` column divides by.
@@ -84,6 +91,8 @@ DEFAULT_CLIENTS = (64,)
 GIL_THREAD_CLIENTS = (8, 64)
 #: ``--gil-thread`` values -> the conditions run (False: without the thread).
 GIL_THREAD_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
+#: ``--tls`` values -> the conditions run (False: plain TCP).
+TLS_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 FULL_CLIENTS = (1, 16, 64, 256)
 DEFAULT_MSIZE = "1KiB"
 
@@ -109,6 +118,7 @@ class LoadCase:
     msize: int
     rate: float  # messages/s per connection, 0 = as fast as possible
     gil_thread: bool = False  # a GIL-holding thread beside the server's loop
+    tls: bool = False  # server and client over TLS
 
 
 @dataclass
@@ -121,6 +131,7 @@ class LoadResult(h.Repeated):
     msize: int = 1024
     rate: float = 0.0
     gil_thread: bool = False
+    tls: bool = False
     repeats: list[dict[str, Any]] = field(default_factory=list)  # METRICS and counts, one dict per repeat
     client_loop: str | None = None
     verified_messages: int = 0
@@ -132,9 +143,10 @@ class LoadResult(h.Repeated):
     summed = ("verified_messages", "messages_sent", "messages_echoed_by_server", "full_compares")
 
     @property
-    def group(self) -> tuple[bool, int, int, float]:
-        """What a baseline must share besides the loop: the GIL thread, connections, size, rate."""
-        return (self.gil_thread, self.clients, self.msize, self.rate)
+    def group(self) -> tuple[bool, bool, int, int, float]:
+        """What a baseline must share besides the loop: the GIL thread, TLS,
+        connections, size, rate."""
+        return (self.gil_thread, self.tls, self.clients, self.msize, self.rate)
 
 
 def cpu_metric(*results: LoadResult) -> str:
@@ -182,6 +194,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         h.field("server", lambda r: r.server),
         h.field("loop", lambda r: r.loop),
         h.key_field("gil-thread", lambda r: "yes" if r.gil_thread else "no"),
+        h.key_field("tls", lambda r: "yes" if r.tls else "no"),
         h.key_field("clients", lambda r: str(r.clients)),
         h.key_field("msize", lambda r: h.format_size(r.msize)),
         h.key_field("rate", lambda r: format_rate_limit(r.rate)),
@@ -217,6 +230,15 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             help="run a thread that holds the GIL (pure-Python busy loop) beside every server's event loop: "
             "on (the flag alone), off (default) or both (each case without, then with)",
         )
+        p.add_argument(
+            "--tls",
+            nargs="?",
+            const="on",
+            default="off",
+            choices=tuple(TLS_MODES),
+            help="run every server and the load client over TLS (a throwaway CA and certificate, needs trustme): "
+            "on (the flag alone), off (default) or both (each case over plain TCP, then over TLS)",
+        )
         p.add_argument("--client-loop", type=loop, help="the load client's event loop (default: uvloop if installed)")
         p.add_argument("--full", action="store_true", help="connections 1,16,64,256 (all servers, both loops)")
 
@@ -234,20 +256,21 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
     def cases(self, args: argparse.Namespace) -> list[LoadCase]:
         """Servers innermost, so the ones compared (same loop, same case) run back to back."""
         return [
-            LoadCase(server, loop, clients, msize, rate, gil_thread)
+            LoadCase(server, loop, clients, msize, rate, gil_thread, tls)
             for msize in args.msize
             for rate in args.rate
             for clients in args.clients
             for gil_thread in GIL_THREAD_MODES[args.gil_thread]
+            for tls in TLS_MODES[args.tls]
             for loop in args.loop
             for server in args.server
         ]
 
     def run_case(self, case: LoadCase, args: argparse.Namespace, round_index: int = 0) -> list[LoadResult]:
         """Run one case in a fresh server process and a fresh load-client process."""
-        result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread)
+        result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread, case.tls)
         impl, wire = LOAD_SERVERS[case.server]
-        reason = availability(IMPLS[impl], case.loop)
+        reason = availability(IMPLS[impl], case.loop, tls=case.tls) or (_tls.unavailable() if case.tls else None)
         if reason is not None:
             result.skipped = reason
             return [result]
@@ -255,22 +278,26 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         timeout = h.case_timeout_s(args.warmup, args.repeat, args.duration) + (2.0 / case.rate if case.rate else 0.0)
         common = ["--clients", str(case.clients), "--timeout", f"{timeout:g}"]
         gil_thread = ["--gil-thread"] if case.gil_thread else []
+        with _cert_files(case.tls) as (cert_file, ca_file):
+            tls_server = ["--tls-cert", cert_file] if cert_file else []
+            tls_client = ["--tls-ca", ca_file] if ca_file else []
 
-        def client_argv(started: dict[str, Any], server_pid: int) -> list[str]:
-            argv = [
-                "load-client", *common, "--port", str(started["port"]), "--server-pid", str(server_pid),
-                "--server-tid", str(started["loop_tid"]),
-                "--msize", str(case.msize), "--wire", wire, "--rate", f"{case.rate:g}",
-                "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
-            ]  # fmt: skip
-            return argv + (["--loop", args.client_loop] if args.client_loop else [])
+            def client_argv(started: dict[str, Any], server_pid: int) -> list[str]:
+                argv = [
+                    "load-client", *common, "--port", str(started["port"]), "--server-pid", str(server_pid),
+                    "--server-tid", str(started["loop_tid"]),
+                    "--msize", str(case.msize), "--wire", wire, "--rate", f"{case.rate:g}",
+                    "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
+                    *tls_client,
+                ]  # fmt: skip
+                return argv + (["--loop", args.client_loop] if args.client_loop else [])
 
-        server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *common]
-        try:
-            client, server = h.run_server_and_client(server_argv, client_argv, timeout)
-            _fill(result, client, server, args.repeat)
-        except h.CaseFailed as exc:
-            result.error = str(exc)
+            server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common]
+            try:
+                client, server = h.run_server_and_client(server_argv, client_argv, timeout)
+                _fill(result, client, server, args.repeat)
+            except h.CaseFailed as exc:
+                result.error = str(exc)
         return [result]
 
     def legend(self, nrepeats: int) -> str:
@@ -280,17 +307,18 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             f"microseconds, {repeats} (min-max); srv us/msg: the same for the whole server process (with a\n"
             "GIL thread: that thread's CPU included); cli us/msg: the load client's; msgs/s: all connections\n"
             "together; p99: round trip; srv CPU: server CPU time per wall-clock second (100% = one core busy);\n"
-            "gil-thread: yes = a thread holding the GIL ran beside the server's loop; rate: offered\n"
-            "messages/s per connection (max: next message as soon as the echo is back);\n"
-            "x asyncio-streams / x stock: loop us/msg relative to that server on the same loop in the same\n"
-            "case of this run (lower is cheaper); msgs/s x stock: msgs/s relative to stock's (higher is faster)."
+            "gil-thread: yes = a thread holding the GIL ran beside the server's loop; tls: yes = server and\n"
+            "client spoke TLS; rate: offered messages/s per connection (max: next message as soon as the\n"
+            "echo is back); x asyncio-streams / x stock: loop us/msg relative to that server on the same loop\n"
+            "in the same case of this run, GIL thread and TLS included (lower is cheaper); msgs/s x stock:\n"
+            "msgs/s relative to stock's (higher is faster)."
         )
 
     def label(self, r: LoadResult) -> str:
         name = f"{r.server} on {r.loop}, {r.clients} clients, {h.format_size(r.msize)}"
         if r.rate:
             name += f", rate {format_rate_limit(r.rate)}"
-        return name + (", GIL thread" if r.gil_thread else "")
+        return name + (", GIL thread" if r.gil_thread else "") + (", TLS" if r.tls else "")
 
     def brief(self, r: LoadResult) -> str:
         return (
@@ -305,7 +333,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         return (r.group, r.loop)
 
     def skip_label(self, r: LoadResult) -> str:
-        return f"{r.server} on {r.loop}"
+        return f"{r.server} on {r.loop}" + (" over TLS" if r.tls else "")
 
     def key(self, r: LoadResult) -> Hashable:
         return (r.server, r.loop, r.group)
@@ -329,18 +357,23 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "duration_s": args.duration,
             "warmup_s": args.warmup,
             "gil_thread": args.gil_thread,
+            "tls": args.tls,
+            "openssl": ssl.OPENSSL_VERSION,
             "switch_interval_s": sys.getswitchinterval(),
             "clk_tck": os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else None,
         }
 
     def listing(self) -> str:
+        """One line per server: availability on each loop, and over TLS (``--tls``)."""
         width = max(map(len, LOAD_SERVERS))
         lines = []
+        certificates = _tls.unavailable()
         for name, (impl, wire) in LOAD_SERVERS.items():
             spec = IMPLS[impl]
+            conditions = [(loop, availability(spec, loop)) for loop in EVENT_LOOPS]
+            conditions.append(("tls", availability(spec, tls=True) or certificates))
             status = ", ".join(
-                f"{loop}: {'available' if reason is None else 'UNAVAILABLE: ' + reason}"
-                for loop, reason in ((loop, availability(spec, loop)) for loop in EVENT_LOOPS)
+                f"{what}: {'available' if reason is None else 'UNAVAILABLE: ' + reason}" for what, reason in conditions
             )
             lines.append(f"{name:<{width}}  {spec.summary} ({impl}, {wire} wire)  [{status}]")
         return "\n".join(lines)
@@ -348,7 +381,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
     def plot(self, results: Sequence[LoadResult], path: str, metric: str | None = None) -> None:
         """Grouped bars (x = server, colour = loop, min-max whiskers) of
         ``metric`` (default: `cpu_metric`), one panel per GIL-thread/connections/
-        size/rate case."""
+        size/rate case (TLS or not)."""
         metric = metric or cpu_metric(*(r for r in results if r.ok))
         ok = [r for r in results if r.ok and r.median(metric) is not None]
         groups = sorted({r.group for r in ok})
@@ -370,9 +403,9 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     placed = [(x + plots.offset(i, len(loops), width), r) for x, server in enumerate(servers)
                               for r in ok if r.group == group and r.server == server and r.loop == loop]  # fmt: skip
                     plots.bars(ax, placed, metric, width, color=colours(i), label=loop)
-                gil_thread, clients, msize, rate = group
+                gil_thread, tls, clients, msize, rate = group
                 title = f"{clients} connections, {h.format_size(msize)}, rate {format_rate_limit(rate)}"
-                ax.set_title(title + (", GIL thread" if gil_thread else ""))
+                ax.set_title(title + (", GIL thread" if gil_thread else "") + (", TLS" if tls else ""))
                 ax.set_ylabel(label)
                 ax.set_xticks(range(len(servers)))
                 ax.set_xticklabels(servers, rotation=30, ha="right")
@@ -380,6 +413,18 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 ax.legend(title="loop", fontsize="small")
             if not groups:
                 plots.no_results(axes[0][0])
+
+
+@contextlib.contextmanager
+def _cert_files(tls: bool) -> Iterator[tuple[str, str] | tuple[None, None]]:
+    """For a TLS case, a fresh CA and server certificate as PEM files
+    (``cert_file, ca_file``) that live as long as the case; ``(None, None)``
+    for plain TCP."""
+    if not tls:
+        yield None, None
+        return
+    with tempfile.TemporaryDirectory(prefix="load-tls-") as directory:
+        yield _tls.write_cert_files(directory)
 
 
 def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nrepeats: int) -> None:
@@ -400,8 +445,12 @@ def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nr
         "loop_thread_cpu_s": server["loop_thread_cpu_s"],
         "gil_thread_tid": server["gil_thread_tid"],
         "gil_thread_cpu_s": server["gil_thread_cpu_s"],
+        "tls_version": (client["tls"] or {}).get("version"),
+        "tls_cipher": (client["tls"] or {}).get("cipher"),
     }
     h.verify_counts(client, server, clients=result.clients, nrepeats=nrepeats)
+    if bool(server["tls"]) != result.tls or bool(client["tls"]) != result.tls:
+        raise h.CaseFailed(f"asked for TLS {result.tls}: the server served TLS {server['tls']}, client {client['tls']}")
     if result.gil_thread and not (server["gil_thread_tid"] and server["gil_thread_cpu_s"]):
         raise h.CaseFailed(f"the server ran no GIL thread: {server}")
     if server["gil_thread_tid"] is not None and server["gil_thread_tid"] == server["loop_tid"]:

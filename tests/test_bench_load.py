@@ -1,32 +1,36 @@
 """The load benchmark (``python -m benchmarks.load``): its pure parts on
 hand-made results (ratios, table, JSON, arguments), the load client's checks
 on fake transports, and short real runs (separate server and client
-processes) on asyncio, on uvloop, against the comm server and with a
-GIL-holding thread beside the server's loop."""
+processes) on asyncio, on uvloop, against the comm server, with a
+GIL-holding thread beside the server's loop and over TLS."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks import harness as h
 from benchmarks import load
 from benchmarks.harness import processes
-from benchmarks.impls import IMPLS, availability
+from benchmarks.impls import IMPLS, _tls, availability
 from benchmarks.impls.__main__ import main as impls_main
-from benchmarks.impls._common import U64, VerificationError
+from benchmarks.impls._common import U64, VerificationError, pack_header
 from benchmarks.impls._loadclient import (
     LoadPlan,
     Template,
     _Bench,
+    _CommHandshake,
     _LoadConn,
     comm_template,
     framed_template,
     make_payload,
+    run_load,
 )
 from benchmarks.load import SUITE, LoadResult, ratio
 
@@ -107,10 +111,10 @@ def test_format_table(results: list[LoadResult]) -> None:
     lines = table.splitlines()
     assert "median of 3 repeats" in table and "lower is cheaper" in table
     header = next(line for line in lines if line.startswith("server"))
-    assert header.split()[:3] == ["server", "loop", "gil-thread"]
+    assert header.split()[:4] == ["server", "loop", "gil-thread", "tls"]
     assert header.endswith("x asyncio-streams  x stock  msgs/s x stock")
     readinto = next(line for line in lines if line.startswith("readinto ") and " no " in line and " 64 " in line)
-    assert readinto.split()[1:6] == ["asyncio", "no", "64", "1KiB", "max"]
+    assert readinto.split()[1:7] == ["asyncio", "no", "no", "64", "1KiB", "max"]
     assert readinto.count("32 (30-40)") == 2  # loop and server us/msg: median (min-max)
     assert "31.2k (25k-33.3k)" in readinto  # msgs/s
     assert "300us" in readinto and "97%" in readinto and " max " in readinto
@@ -120,7 +124,7 @@ def test_format_table(results: list[LoadResult]) -> None:
     big = next(line for line in lines if " 256 " in line and line.startswith("readinto"))
     assert big.split()[-3:] == ["-", "-", "-"] and " 33 " in big and "(" not in big  # one repeat: no spread
     gil = next(line for line in lines if line.startswith("readinto ") and " yes " in line)
-    assert gil.split()[1:6] == ["asyncio", "yes", "64", "1KiB", "max"]
+    assert gil.split()[1:7] == ["asyncio", "yes", "no", "64", "1KiB", "max"]
     assert "100 (90-110)" in gil and "3.1e+03 (3.09e+03-3.11e+03)" in gil  # loop thread; whole process
     assert gil.split()[-3:] == ["-", "0.50x", "2.00x"]
     failed = next(line for line in lines if line.startswith("framed "))
@@ -164,6 +168,70 @@ def test_plot_writes_png(tmp_path: Path, results: list[LoadResult]) -> None:
     assert (tmp_path / "empty.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_tls_is_a_condition_of_its_own() -> None:
+    """Over TLS, the ratios compare with stock and asyncio-streams over TLS on
+    the same loop, never with their plain-TCP rows; the table, the JSON and
+    the plot say which condition a row ran in."""
+    results = [
+        make_result("stock", "asyncio", [60, 64, 70]),
+        make_result("asyncio-streams", "asyncio", [40, 41, 39]),
+        make_result("readinto", "asyncio", [30, 32, 40]),
+        make_result("stock", "asyncio", [120, 130, 140], tls=True),
+        make_result("asyncio-streams", "asyncio", [80, 81, 79], tls=True),
+        make_result("readinto", "asyncio", [48, 52, 60], tls=True),
+        make_result("asyncio-protocol", "uvloop", [20], tls=True),  # no baseline over TLS on uvloop
+    ]
+    plain, tls, uv = results[2], results[5], results[6]
+    assert ratio(results, plain, "stock") == pytest.approx(32 / 64)
+    assert ratio(results, tls, "stock") == pytest.approx(52 / 130)
+    assert ratio(results, tls, "asyncio-streams") == pytest.approx(52 / 80)
+    assert ratio(results, tls, "stock", metric="msgs_per_s") == pytest.approx(130 / 52)
+    assert ratio(results, uv, "stock") is None and ratio(results, uv, "asyncio-streams") is None
+    lines = SUITE.format_table(results).splitlines()
+    header = next(line for line in lines if line.startswith("server"))
+    assert header.split()[:4] == ["server", "loop", "gil-thread", "tls"]
+    rows = [line for line in lines if line.startswith("readinto ")]
+    assert [row.split()[1:7] for row in rows] == [
+        ["asyncio", "no", "no", "64", "1KiB", "max"],
+        ["asyncio", "no", "yes", "64", "1KiB", "max"],
+    ]
+    assert rows[0].split()[-3:] == ["0.80x", "0.50x", "2.00x"]
+    assert rows[1].split()[-3:] == ["0.65x", "0.40x", "2.50x"]
+    body = lines[lines.index(header) + 2 :]
+    assert body[3] == "" and body[4].startswith("stock ") and body[4].split()[3] == "yes"  # a group of its own
+    entries = SUITE.to_json(results)["results"]
+    assert [e["tls"] for e in entries] == [False] * 3 + [True] * 4
+    assert entries[5]["x_stock"] == pytest.approx(0.4) and entries[5]["x_asyncio-streams"] == pytest.approx(0.65)
+    assert [SUITE.from_json(e).tls for e in entries] == [e["tls"] for e in entries]
+    old = dict(entries[2])
+    del old["tls"]  # JSON from before --tls: plain TCP
+    assert SUITE.from_json(old).tls is False
+    assert SUITE.label(tls).endswith(", TLS") and SUITE.skip_label(tls) == "readinto on asyncio over TLS"
+
+
+def test_fill_fails_a_tls_case_unless_both_processes_spoke_tls() -> None:
+    client: dict[str, Any] = {
+        "repeats": [{}], "loop": "asyncio", "verified_messages": 4, "messages_sent": 4, "full_compares": 2,
+        "connect_s": 0.1, "cpu_s": 1.0, "rss_bytes": 1, "tls": None,
+    }  # fmt: skip
+    server: dict[str, Any] = {
+        "messages": 4, "cpu_s": 1.0, "rss_bytes": 1, "loop_tid": 1, "loop_thread_cpu_s": 1.0,
+        "gil_thread_tid": None, "gil_thread_cpu_s": None, "tls": False,
+    }  # fmt: skip
+    tls_client = {**client, "tls": {"version": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384", "bits": 256}}
+    plain = LoadResult("stock", "asyncio", 1)
+    load._fill(plain, client, server, 1)
+    assert plain.extra["tls_version"] is None and plain.extra["tls_cipher"] is None
+    for c, s in [(client, server), (tls_client, server), (client, {**server, "tls": True})]:
+        with pytest.raises(h.CaseFailed, match="asked for TLS True"):
+            load._fill(LoadResult("stock", "asyncio", 1, tls=True), c, s, 1)
+    with pytest.raises(h.CaseFailed, match="asked for TLS False"):
+        load._fill(LoadResult("stock", "asyncio", 1), tls_client, {**server, "tls": True}, 1)
+    over_tls = LoadResult("stock", "asyncio", 1, tls=True)
+    load._fill(over_tls, tls_client, {**server, "tls": True}, 1)
+    assert over_tls.extra["tls_version"] == "TLSv1.3" and over_tls.extra["tls_cipher"] == "TLS_AES_256_GCM_SHA384"
+
+
 # -- arguments -----------------------------------------------------------------------
 
 
@@ -181,6 +249,20 @@ def test_parse_args_defaults() -> None:
     full = SUITE.parse_args(["--full"])
     assert full.clients == [1, 16, 64, 256] and full.server == list(load.LOAD_SERVERS)
     assert SUITE.parse_args(["--full", "--clients", "8"]).clients == [8]  # explicit flags win
+
+
+def test_parse_args_tls() -> None:
+    assert SUITE.parse_args([]).tls == "off"
+    on = SUITE.parse_args(["--tls", "--server", "stock", "--loop", "asyncio"])
+    assert on.tls == "on" and on.clients == [64]  # the issue's 64 connections
+    assert [c.tls for c in SUITE.cases(on)] == [True]
+    argv = ["--server", "stock,readinto", "--loop", "asyncio", "--tls", "both", "--gil-thread", "both",
+            "--clients", "8"]  # fmt: skip
+    # each server over TCP then over TLS, without and then with the GIL thread; the servers compared back to back
+    assert [(c.server, c.gil_thread, c.tls) for c in SUITE.cases(SUITE.parse_args(argv))] == [
+        ("stock", False, False), ("readinto", False, False), ("stock", False, True), ("readinto", False, True),
+        ("stock", True, False), ("readinto", True, False), ("stock", True, True), ("readinto", True, True),
+    ]  # fmt: skip
 
 
 def test_parse_args_lists_and_plan() -> None:
@@ -212,7 +294,8 @@ def test_parse_args_lists_and_plan() -> None:
 @pytest.mark.parametrize(
     "argv",
     [["--server", "nope"], ["--loop", "trio"], ["--clients", "0"], ["--msize", "4"], ["--rate", "-1"],
-     ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"], ["--gil-thread", "maybe"]],
+     ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"], ["--gil-thread", "maybe"],
+     ["--tls", "maybe"]],
 )  # fmt: skip
 def test_parse_args_rejects(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
@@ -226,6 +309,42 @@ def test_every_load_server_maps_to_an_event_loop_impl() -> None:
     assert availability(IMPLS["threads"], "uvloop") is not None
     assert availability(IMPLS["readinto"], "asyncio") is None
     assert "readinto" in SUITE.listing()
+
+
+def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
+    for name, (impl, _) in load.LOAD_SERVERS.items():
+        assert availability(IMPLS[impl], "asyncio", tls=True) is None, name
+        assert availability(IMPLS[impl], "uvloop", tls=True) in (None, availability(IMPLS[impl], "uvloop")), name
+    assert availability(IMPLS["threads"], tls=True) == "threads has no TLS server"
+    assert availability(IMPLS["dask-tcp"], tls=True) == "dask-tcp has no TLS server"
+    assert availability(IMPLS["dask-tcp"]) is None  # plain TCP: fine
+    assert _tls.unavailable() is None
+    lines = SUITE.listing().splitlines()
+    assert len(lines) == len(load.LOAD_SERVERS) and all("tls: available]" in line for line in lines)
+
+
+def test_load_server_without_tls_is_skipped_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that cannot serve TLS, or a machine without trustme, skips
+    the TLS cases with the reason (in --list too); the run does not fail."""
+    monkeypatch.setitem(load.LOAD_SERVERS, "dask", ("dask-tcp", "framed"))
+    assert "tls: UNAVAILABLE: dask-tcp has no TLS server]" in SUITE.listing()
+    assert SUITE.main(["--server", "dask", "--loop", "asyncio", "--tls", *SMOKE]) == 0
+    captured = capsys.readouterr()
+    assert "SKIPPED dask on asyncio over TLS: dask-tcp has no TLS server" in captured.out
+    assert "SKIPPED (dask-tcp has no TLS server)" in captured.err
+    monkeypatch.setattr(_tls, "TLS_REQUIRES", ("no_such_module_for_certificates",))
+    assert "tls: UNAVAILABLE: --tls needs no_such_module_for_certificates" in SUITE.listing()
+    assert SUITE.main(["--server", "stock", "--loop", "asyncio", "--tls", *SMOKE]) == 0
+    assert "SKIPPED stock on asyncio over TLS: --tls needs no_such_module_for_certificates" in capsys.readouterr().out
+
+
+def test_impls_server_refuses_tls_without_a_tls_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cert_file, _ = _tls.write_cert_files(str(tmp_path))
+    argv = ["server", "--impl", "threads", "--clients", "1", "--tls-cert", cert_file]
+    assert impls_main(argv) == 1
+    assert "threads has no TLS server" in capsys.readouterr().err
 
 
 def test_impls_server_refuses_loop_for_threads(capsys: pytest.CaptureFixture[str]) -> None:
@@ -268,11 +387,15 @@ class FakeTransport:
 
 
 def _feed(conn: _LoadConn, data: bytes, chunk: int = 100) -> None:
-    for start in range(0, len(data), chunk):
-        piece = data[start : start + chunk]
+    """Deliver ``data`` as a transport does: at most ``chunk`` bytes at a
+    time, and never more than ``get_buffer`` offers."""
+    pos = 0
+    while pos < len(data):
         buf = conn.get_buffer(-1)
-        buf[: len(piece)] = piece
-        conn.buffer_updated(len(piece))
+        n = min(chunk, len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        conn.buffer_updated(n)
+        pos += n
 
 
 def _conn(template: Template) -> tuple[_Bench, _LoadConn, FakeTransport]:
@@ -318,6 +441,158 @@ def test_load_conn_rejects_bad_echoes(corrupt: Any, message: str) -> None:
         assert transport.aborted
 
     asyncio.run(main())
+
+
+def _comm_handshake(obj: Any) -> bytes:
+    import msgpack
+
+    body = msgpack.packb(obj, use_bin_type=True)
+    return pack_header([body]) + body
+
+
+def _good_comm_handshake() -> bytes:
+    from tornado_readinto.comm import PROTOCOL_NAME, PROTOCOL_VERSION
+
+    return _comm_handshake({"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION, "allow_pickle": False})
+
+
+def test_comm_handshake_takes_exactly_the_handshake() -> None:
+    """Fed one byte at a time, it asks for the 16 header bytes, then exactly
+    the body, and is done at the last byte, not before."""
+    pytest.importorskip("msgpack")
+    data = _good_comm_handshake()
+    handshake = _CommHandshake()
+    assert len(handshake.get_buffer()) == 16
+    for i in range(len(data)):
+        if i == 16:
+            assert len(handshake.get_buffer()) == len(data) - 16
+        handshake.get_buffer()[:1] = data[i : i + 1]
+        assert handshake.buffer_updated(1) is (i == len(data) - 1)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (U64.pack(2) + U64.pack(4), "2 frames"),
+        (U64.pack(1) + U64.pack(0), "0 bytes"),
+        (U64.pack(1) + U64.pack(1 << 40), f"{1 << 40} bytes"),
+        (U64.pack(1) + U64.pack(1) + b"\xc1", "bad comm handshake: "),  # not msgpack
+        (None, "bad comm handshake: {'protocol': 'other'"),
+    ],
+)
+def test_comm_handshake_rejects(data: bytes | None, message: str) -> None:
+    pytest.importorskip("msgpack")
+    data = data if data is not None else _comm_handshake({"protocol": "other", "version": 1})
+    handshake = _CommHandshake()
+    with pytest.raises(VerificationError, match=message.replace("(", r"\(")):
+        for i in range(len(data)):
+            handshake.get_buffer()[:1] = data[i : i + 1]
+            handshake.buffer_updated(1)
+
+
+def test_load_conn_sends_its_prelude_and_is_ready_after_the_handshake() -> None:
+    pytest.importorskip("msgpack")
+
+    async def main() -> None:
+        template = comm_template(make_payload(64, seed=3))
+        bench = _Bench(LoadPlan(1, 64, "comm", 0.0, 0.0, 1.0, 1, 0))
+        conn = _LoadConn(bench, 0, template)
+        transport = FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        assert transport.written == [template.prelude] and not conn.ready.done()
+        _feed(conn, _good_comm_handshake(), chunk=5)
+        assert conn.ready.done() and conn.ready.exception() is None
+        conn.send()
+        _feed(conn, transport.written[-1])  # the echo of message 0
+        assert conn.verified_messages == 1 and conn.full_compares == 1 and bench.error is None
+
+        bad = _LoadConn(bench, 1, template)
+        bad_transport = FakeTransport()
+        bad.connection_made(bad_transport)  # type: ignore[arg-type]
+        _feed(bad, _comm_handshake({"protocol": "other"}))
+        assert isinstance(bad.ready.exception(), VerificationError) and bad_transport.aborted
+
+        lost = _LoadConn(bench, 2, template)
+        lost.connection_made(FakeTransport())  # type: ignore[arg-type]
+        lost.connection_lost(None)
+        with pytest.raises(ConnectionError, match="connection 2 lost during the handshake"):
+            lost.ready.result()
+
+    asyncio.run(main())
+
+
+def _handshake_in_memory(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> ssl.SSLObject:
+    """A TLS handshake over memory BIOs (no socket); the client's end."""
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_context.wrap_bio(client_in, client_out, server_hostname="127.0.0.1")
+    server = server_context.wrap_bio(server_in, server_out, server_side=True)
+    done: set[ssl.SSLObject] = set()
+    for _ in range(10):
+        for end in (client, server):
+            if end not in done:
+                try:
+                    end.do_handshake()
+                    done.add(end)
+                except ssl.SSLWantReadError:
+                    pass
+        server_in.write(client_out.read())
+        client_in.write(server_out.read())
+        if len(done) == 2:
+            return client
+    raise AssertionError("the handshake did not finish")
+
+
+def test_tls_certificates_verify_against_their_own_ca_only(tmp_path: Path) -> None:
+    cert_file, ca_file = _tls.write_cert_files(str(tmp_path))
+    client = _handshake_in_memory(_tls.server_context(cert_file), _tls.client_context(ca_file))
+    assert client.version() in ("TLSv1.2", "TLSv1.3")
+    peercert = client.getpeercert()
+    assert peercert is not None and peercert["subjectAltName"] == (("IP Address", "127.0.0.1"),)
+    (tmp_path / "other").mkdir()
+    _, other_ca_file = _tls.write_cert_files(str(tmp_path / "other"))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake_in_memory(_tls.server_context(cert_file), _tls.client_context(other_ca_file))
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_load_client_over_tls_checks_every_echo(tmp_path: Path, corrupt: bool) -> None:
+    """The load client over the loop's SSL transport against a TLS echo
+    server in this process: a good run names the TLS version and cipher; a
+    wrong stamp in the second echo fails the run."""
+    cert_file, ca_file = _tls.write_cert_files(str(tmp_path))
+
+    async def main() -> dict[str, Any]:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seq = 0
+            try:
+                while True:
+                    head = await reader.readexactly(16)
+                    payload = bytearray(await reader.readexactly(U64.unpack_from(head, 8)[0]))
+                    if corrupt and seq == 1:
+                        payload[0] ^= 1  # the stamp's low byte: message 1 comes back as 0
+                    writer.write(head + payload)
+                    seq += 1
+            except (asyncio.IncompleteReadError, OSError):  # the client's EOF, or its abort
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=_tls.server_context(cert_file))
+        port = server.sockets[0].getsockname()[1]
+        try:
+            plan = LoadPlan(2, 64, "framed", 0.0, 0.01, 0.01, 1, 0)
+            return await run_load(port, plan, ssl_context=_tls.client_context(ca_file))
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    if corrupt:
+        with pytest.raises(VerificationError, match="expected the echo of message 1, got stamp 0"):
+            asyncio.run(main())
+        return
+    result = asyncio.run(main())
+    assert result["tls"]["version"] in ("TLSv1.2", "TLSv1.3") and result["tls"]["cipher"]
+    assert result["verified_messages"] == result["messages_sent"] >= 4 and result["full_compares"] == 4
 
 
 # -- real runs ---------------------------------------------------------------------------
@@ -451,3 +726,75 @@ def test_process_stats_reports_the_childs_own_peak_rss() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     del ballast
     assert 0 < int(out) < 128 << 20
+
+
+def _check_tls_entries(entries: list[dict[str, Any]]) -> None:
+    for e in entries:
+        if e["tls"]:
+            assert e["tls_version"] in ("TLSv1.2", "TLSv1.3") and e["tls_cipher"], e
+        else:
+            assert e["tls_version"] is None and e["tls_cipher"] is None
+
+
+def test_load_tls_smoke_every_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tls: every load server serves TLS on asyncio's loop (stock
+    SSLIOStream, SSLReadIntoIOStream, FramedStream, the comm over tls://, the
+    asyncio anchors on the loop's SSL transport) to a client over TLS; every
+    echo is checked, and the ratios compare TLS rows with each other."""
+    out = tmp_path / "load.json"
+    argv = ["--tls", "--loop", "asyncio", "--client-loop", "asyncio", *SMOKE, "--json", str(out)]
+    argv[argv.index("--clients") + 1] = "2"
+    assert SUITE.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "FAILED" not in captured.out and "SKIPPED" not in captured.out
+    assert sum(line.endswith("s)") and ", TLS:" in line for line in captured.err.splitlines()) == len(load.LOAD_SERVERS)
+    data = json.loads(out.read_text())
+    assert data["meta"]["tls"] == "on" and data["meta"]["openssl"] == ssl.OPENSSL_VERSION
+    entries = data["results"]
+    assert [(e["server"], e["loop"], e["tls"]) for e in entries] == [(s, "asyncio", True) for s in load.LOAD_SERVERS]
+    _check_entries(entries, 2)
+    _check_tls_entries(entries)
+    by_server = {e["server"]: e for e in entries}
+    assert by_server["stock"]["x_stock"] == pytest.approx(1.0)
+    assert by_server["asyncio-streams"]["x_asyncio-streams"] == pytest.approx(1.0)
+    assert all(e["x_stock"] is not None and e["x_asyncio-streams"] is not None for e in entries)
+
+
+def test_load_tls_both_on_uvloop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tls both on uvloop (the load client's default loop): each server over
+    TCP, then over TLS through uvloop's SSL transport."""
+    pytest.importorskip("uvloop")
+    out = tmp_path / "load.json"
+    servers = ["stock", "readinto", "asyncio-streams", "asyncio-protocol"]
+    argv = ["--server", ",".join(servers), "--loop", "uvloop", "--tls", "both", *SMOKE, "--json", str(out)]
+    argv[argv.index("--clients") + 1] = "2"
+    assert SUITE.main(argv) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["meta"]["client_loop"] == "uvloop"
+    entries = data["results"]
+    assert [(e["server"], e["tls"]) for e in entries] == [(s, False) for s in servers] + [(s, True) for s in servers]
+    _check_entries(entries, 2)
+    _check_tls_entries(entries)
+    assert entries[4]["x_stock"] == pytest.approx(1.0)  # stock over TLS is the TLS rows' baseline
+
+
+def test_load_tls_client_that_does_not_trust_the_server_fails_the_case(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The client checks the server's certificate: signed by another CA, the
+    handshake fails, and so do the case and the run."""
+    write_cert_files = _tls.write_cert_files
+
+    def another_ca(directory: str) -> tuple[str, str]:
+        cert_file, _ = write_cert_files(directory)
+        other = os.path.join(directory, "other")
+        os.mkdir(other)
+        return cert_file, write_cert_files(other)[1]
+
+    monkeypatch.setattr(_tls, "write_cert_files", another_ca)
+    argv = ["--server", "readinto", "--loop", "asyncio", "--client-loop", "asyncio", "--tls", *SMOKE]
+    assert SUITE.main(argv) == 1
+    captured = capsys.readouterr()
+    failed = next(line for line in captured.out.splitlines() if line.startswith("readinto "))
+    assert "FAILED: load-client exited with status 1" in failed and "CERTIFICATE_VERIFY_FAILED" in failed

@@ -8,6 +8,10 @@ implementations get both for free by subclassing ``_async.AsyncConn`` and
 writing ``from_socket``/``send``/``recv``/``close``; ``_threads.Threads``
 shows the blocking shape.
 
+A class with ``supports_tls`` also takes ``ssl_context=`` in ``run_server``
+and serves over TLS (``server --tls-cert``, the servers of ``benchmarks.load
+--tls``); `availability` with ``tls=True`` says which cannot.
+
 Extension point: to add ``comm-readinto``, ``dask-tcp`` or ``dask-readinto``,
 write an ``AsyncConn`` whose ``send``/``recv`` go through the comm (for
 distributed, ``distributed.comm.connect("tcp://..."/"readinto://...")`` on the
@@ -101,9 +105,9 @@ IMPLS: dict[str, ImplSpec] = {
 DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "readinto-nospin", "threads")
 
 
-def availability(spec: ImplSpec, loop: str | None = None) -> str | None:
+def availability(spec: ImplSpec, loop: str | None = None, *, tls: bool = False) -> str | None:
     """None if ``spec`` can run here (on ``loop`` instead of ``spec.loop`` if
-    given), else why not."""
+    given; as a TLS server if ``tls``), else why not."""
     if spec.unavailable:
         return spec.unavailable
     requires = spec.requires
@@ -120,9 +124,11 @@ def availability(spec: ImplSpec, loop: str | None = None) -> str | None:
         except Exception as exc:  # ImportError, or a half-written module
             return f"needs {module}: {type(exc).__name__}: {exc}"
     try:
-        load(spec)
+        cls = load(spec)
     except Exception as exc:
         return f"cannot load {spec.target}: {type(exc).__name__}: {exc}"
+    if tls and not getattr(cls, "supports_tls", False):
+        return f"{spec.name} has no TLS server"
     return None
 
 

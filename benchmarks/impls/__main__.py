@@ -17,10 +17,15 @@ holds the GIL (see ``_gilthread``).  The server's first line then also has
 line has both threads' CPU seconds (``loop_thread_cpu_s``,
 ``gil_thread_cpu_s``).
 
+``server --tls-cert PEM`` serves over TLS with the certificate chain and
+key in ``PEM`` (see ``_tls``); an implementation without a TLS server exits
+with status 1.
+
 ``python -m benchmarks.impls load-client --port P --server-pid PID [--server-tid TID] --clients N ...``
     the client of ``benchmarks.load`` (see ``_loadclient``): N cheap
     ping-pong connections, CPU of both processes (and of the server's loop
-    thread) per window; one JSON line.
+    thread) per window; one JSON line.  ``--tls-ca PEM``: over TLS, trusting
+    the CA in ``PEM``.
 
 ``python -m benchmarks.impls http-server --impl stock|readinto ...``
     the server of ``benchmarks.http`` (see ``_http``): prints ``{"port",
@@ -45,7 +50,7 @@ from typing import Any
 
 from benchmarks.harness.cpu import thread_cpu_s
 
-from . import EVENT_LOOPS, IMPLS, _http, load
+from . import EVENT_LOOPS, IMPLS, _http, _tls, load
 from ._async import run_loop
 from ._common import CasePlan, VerificationError, process_stats, summarize
 from ._gilthread import start_gil_thread
@@ -64,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["server"].add_argument(
         "--gil-thread", action="store_true", help="run a GIL-holding thread beside the event loop"
     )
+    sub.choices["server"].add_argument("--tls-cert", metavar="PEM", help="serve over TLS: certificate chain and key")
     client = sub.choices["client"]
     client.add_argument("--port", type=int, required=True)
     client.add_argument("--msize", type=int, required=True)
@@ -86,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--repeat", type=int, default=3)
     lc.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
     lc.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: uvloop if it imports)")
+    lc.add_argument("--tls-ca", metavar="PEM", help="connect over TLS, trusting the CA certificate in PEM")
     hs = sub.add_parser("http-server")
     hs.add_argument("--impl", required=True, choices=("stock", "readinto"))
     hs.add_argument("--loop", choices=EVENT_LOOPS, default="asyncio")
@@ -119,12 +126,14 @@ def _load_client(args: argparse.Namespace) -> None:
         args.server_tid,
     )
     loop = args.loop or default_client_loop()
-    result = run_loop(loop, lambda: run_load(args.port, plan), args.timeout)
+    ssl_context = _tls.client_context(args.tls_ca) if args.tls_ca else None
+    result = run_loop(loop, lambda: run_load(args.port, plan, ssl_context=ssl_context), args.timeout)
     _emit({**result, "loop": loop, **process_stats()})
 
 
 def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespace) -> None:
     """The server process: the port line, the echo server, the stats line."""
+    tls = {"ssl_context": _tls.server_context(args.tls_cert)} if args.tls_cert else {}
     gil_thread = start_gil_thread() if args.gil_thread else None
     threads = {
         "loop_tid": threading.get_native_id(),
@@ -132,11 +141,11 @@ def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespa
     }
     _emit({"port": listener.getsockname()[1], **threads})
     try:
-        nmessages = impl.run_server(listener, loop, args.clients, args.timeout)
+        nmessages = impl.run_server(listener, loop, args.clients, args.timeout, **tls)
     finally:
         gil_cpu_s = gil_thread.stop() if gil_thread is not None else None
     stats = {"loop_thread_cpu_s": thread_cpu_s(), "gil_thread_cpu_s": gil_cpu_s}
-    _emit({"messages": nmessages, **process_stats(), **threads, **stats})
+    _emit({"messages": nmessages, "tls": bool(tls), **process_stats(), **threads, **stats})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.loop is not None and spec.loop not in EVENT_LOOPS:
             raise ValueError(f"--loop {args.loop}: {args.impl} runs on {spec.loop}, not on an event loop")
         impl = load(spec)
+        if args.role == "server" and args.tls_cert and not getattr(impl, "supports_tls", False):
+            raise ValueError(f"--tls-cert: {args.impl} has no TLS server")
         if args.role == "server":
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1", 0))

@@ -9,9 +9,10 @@ import abc
 import asyncio
 import collections
 import socket
+import ssl
 from collections.abc import Awaitable, Sequence
 from time import perf_counter
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 from ._common import Buffer, CasePlan, ConnClosed, ConnStats, MessageRing, Recorder
 
@@ -45,8 +46,14 @@ class AsyncConn(abc.ABC):
     """One connection of an event-loop implementation, client or server side.
 
     Subclasses implement `from_socket`, `send`, `recv` and `close`; the same
-    class serves both ends, so both run the same code.
+    class serves both ends, so both run the same code.  A class that can
+    also serve over TLS sets `supports_tls` and writes `from_tls_socket` (or
+    its own `serve_connection`).
     """
+
+    #: Whether `serve_connection` takes an ``ssl_context``: the server side
+    #: of a TLS connection (``benchmarks.load --tls``).
+    supports_tls: ClassVar[bool] = False
 
     @classmethod
     @abc.abstractmethod
@@ -63,6 +70,12 @@ class AsyncConn(abc.ABC):
         """Receive one message's frames (valid until the next `recv` or
         `release`); raise `ConnClosed` on EOF before the message."""
 
+    @classmethod
+    async def from_tls_socket(cls, sock: socket.socket, ssl_context: ssl.SSLContext) -> AsyncConn:
+        """Wrap an accepted, connected, non-blocking socket as the server side
+        of a TLS connection (``ssl_context`` holds the certificate)."""
+        raise NotImplementedError(f"{cls.__name__} has no TLS server")
+
     def release(self, frames: Sequence[Buffer]) -> None:  # noqa: B027 - an optional hook
         """The caller is done with ``frames`` (pooled implementations reuse them)."""
 
@@ -70,15 +83,24 @@ class AsyncConn(abc.ABC):
     def close(self) -> None: ...
 
     @classmethod
-    async def serve_connection(cls, sock: socket.socket) -> int:
-        """Echo messages until the peer closes; return how many."""
-        return await echo_loop(await cls.from_socket(sock))
+    async def serve_connection(cls, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Echo messages until the peer closes (over TLS with ``ssl_context``); return how many."""
+        if ssl_context is None:
+            return await echo_loop(await cls.from_socket(sock))
+        return await echo_loop(await cls.from_tls_socket(sock, ssl_context))
 
     # -- process entry points (see __main__.py) --------------------------------
 
     @classmethod
-    def run_server(cls, listener: socket.socket, loop_name: str, nclients: int, timeout_s: float) -> int:
-        return run_loop(loop_name, lambda: serve(cls, listener, nclients), timeout_s)
+    def run_server(
+        cls,
+        listener: socket.socket,
+        loop_name: str,
+        nclients: int,
+        timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
+        return run_loop(loop_name, lambda: serve(cls, listener, nclients, ssl_context), timeout_s)
 
     @classmethod
     def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
@@ -101,15 +123,18 @@ async def echo_loop(conn: AsyncConn) -> int:
         conn.close()
 
 
-async def serve(cls: type[AsyncConn], listener: socket.socket, nclients: int) -> int:
-    """Accept ``nclients`` connections, echo on all of them, return the total messages."""
+async def serve(
+    cls: type[AsyncConn], listener: socket.socket, nclients: int, ssl_context: ssl.SSLContext | None = None
+) -> int:
+    """Accept ``nclients`` connections, echo on all of them (over TLS with
+    ``ssl_context``), return the total messages."""
     loop = asyncio.get_running_loop()
     listener.setblocking(False)
     tasks = []
     for _ in range(nclients):
         sock, _ = await loop.sock_accept(listener)
         prepare_socket(sock)
-        tasks.append(asyncio.ensure_future(cls.serve_connection(sock)))
+        tasks.append(asyncio.ensure_future(cls.serve_connection(sock, ssl_context)))
     listener.close()
     return sum(await asyncio.gather(*tasks))
 
@@ -225,7 +250,8 @@ class SelfListeningConn(AsyncConn):
 
     The server closes the listener the harness bound and listens again on the
     same port; the client's connect retries until it is up.  Subclasses
-    implement `listen_on`, `connect_to`, `send` and `recv`.
+    implement `listen_on`, `connect_to`, `send` and `recv`, and for a TLS
+    server `listen_tls_on` (setting `supports_tls`).
     """
 
     def __init__(self, comm: Any) -> None:
@@ -241,6 +267,13 @@ class SelfListeningConn(AsyncConn):
         raise NotImplementedError
 
     @classmethod
+    async def listen_tls_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext
+    ) -> Callable[[], None]:
+        """`listen_on`, over TLS with ``ssl_context``."""
+        raise NotImplementedError(f"{cls.__name__} has no TLS server")
+
+    @classmethod
     async def connect_to(cls, port: int) -> Any:
         """A connected comm to 127.0.0.1:``port``."""
         raise NotImplementedError
@@ -249,19 +282,29 @@ class SelfListeningConn(AsyncConn):
         self.comm.abort()
 
     @classmethod
-    def run_server(cls, listener: socket.socket, loop_name: str, nclients: int, timeout_s: float) -> int:
+    def run_server(
+        cls,
+        listener: socket.socket,
+        loop_name: str,
+        nclients: int,
+        timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
         port = listener.getsockname()[1]
         listener.close()
-        return run_loop(loop_name, lambda: cls._serve(port, nclients), timeout_s)
+        return run_loop(loop_name, lambda: cls._serve(port, nclients, ssl_context), timeout_s)
 
     @classmethod
-    async def _serve(cls, port: int, nclients: int) -> int:
+    async def _serve(cls, port: int, nclients: int, ssl_context: ssl.SSLContext | None) -> int:
         done: asyncio.Queue[int] = asyncio.Queue()
 
         async def handler(comm: Any) -> None:
             await done.put(await echo_loop(cls(comm)))
 
-        stop = await cls.listen_on(port, handler)
+        if ssl_context is None:
+            stop = await cls.listen_on(port, handler)
+        else:
+            stop = await cls.listen_tls_on(port, handler, ssl_context)
         try:
             return sum([await done.get() for _ in range(nclients)])
         finally:

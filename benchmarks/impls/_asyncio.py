@@ -2,12 +2,16 @@
 good user writes it, and the heavier one read per header part.
 
 Both assume, as every benchmark message has, at least one frame per message.
+Over TLS (the servers of ``benchmarks.load --tls``) the same reader and
+writer sit on the loop's SSL transport, made as ``asyncio.start_server(...,
+ssl=...)`` makes them for each accepted connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Sequence
 
 from ._async import AsyncConn
@@ -18,6 +22,8 @@ HEAD_NBYTES = 2 * U64.size
 
 
 class _StreamsConn(AsyncConn):
+    supports_tls = True
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
@@ -25,6 +31,16 @@ class _StreamsConn(AsyncConn):
     @classmethod
     async def from_socket(cls, sock: socket.socket) -> AsyncConn:
         return cls(*await asyncio.open_connection(sock=sock))
+
+    @classmethod
+    async def from_tls_socket(cls, sock: socket.socket, ssl_context: ssl.SSLContext) -> AsyncConn:
+        # What open_connection() builds, on the server side of the handshake
+        # (start_server's own reader, protocol and writer, for an accepted socket).
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=ssl_context)
+        return cls(reader, asyncio.StreamWriter(transport, protocol, reader, loop))
 
     async def _read_first(self, nbytes: int) -> bytes:
         """``readexactly(nbytes)``; `ConnClosed` on EOF before its first byte."""

@@ -1,10 +1,12 @@
 """``comm-readinto``: this package's own comm layer (``tornado_readinto.comm``,
 no dask): the message is a dict of frames, msgpack-encoded; frames of 64 KiB
 or more travel out of band by reference and arrive in their own buffers.
+Over TLS (``benchmarks.load --tls``) the server listens on ``tls://``.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable
 
@@ -13,11 +15,21 @@ from ._common import Buffer, ConnClosed
 
 
 class CommReadInto(SelfListeningConn):
+    supports_tls = True
+
     @classmethod
     async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
         from tornado_readinto.comm import listen
 
         return (await listen(f"tcp://{HOST}:{port}", handler)).stop
+
+    @classmethod
+    async def listen_tls_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext
+    ) -> Callable[[], None]:
+        from tornado_readinto.comm import listen
+
+        return (await listen(f"tls://{HOST}:{port}", handler, ssl_context=ssl_context)).stop
 
     @classmethod
     async def connect_to(cls, port: int) -> Any:

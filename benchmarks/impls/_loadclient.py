@@ -19,6 +19,11 @@ stamp, so the echo must be byte-identical to what was sent:
     64 KiB, its own frame above).  The comm server decodes and re-encodes the
     same dict, so its echo is byte-identical too.
 
+Over TLS (``--tls-ca``) every connection is the loop's SSL transport
+(``create_connection(sock=..., ssl=..., server_hostname="127.0.0.1")``)
+feeding the same protocol, which the transport decrypts into; the result
+names the TLS version and cipher the connections negotiated.
+
 Every echo is checked: the bytes before the stamp (framing header, msgpack
 prefix: message count and sizes) and the stamp itself; the first and the last
 echo of each connection byte for byte.  At each window boundary the process
@@ -32,8 +37,9 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -145,14 +151,66 @@ class _Bench:
             raise self.error
 
 
+class _CommHandshake:
+    """Receives and checks the comm server's handshake (one framed msgpack
+    map naming the protocol and its version), fed like a `BufferedProtocol`:
+    ``get_buffer`` returns exactly the bytes still missing, so nothing after
+    the handshake is taken."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray(2 * U64.size)  # nframes, nbytes
+        self._filled = 0
+        self._header = True
+
+    def get_buffer(self) -> memoryview:
+        return memoryview(self._buf)[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> bool:
+        """Record ``nbytes`` more; True once the whole handshake is in and checked.
+
+        :raises VerificationError: a handshake that is not the comm's.
+        """
+        import msgpack
+
+        from tornado_readinto.comm import HANDSHAKE_MAX_NBYTES, PROTOCOL_NAME, PROTOCOL_VERSION
+
+        self._filled += nbytes
+        if self._filled < len(self._buf):
+            return False
+        if self._header:
+            nframes, size = U64.unpack_from(self._buf, 0)[0], U64.unpack_from(self._buf, U64.size)[0]
+            if nframes != 1 or not 0 < size <= HANDSHAKE_MAX_NBYTES:
+                raise VerificationError(f"bad comm handshake header: {nframes} frames, {size} bytes")
+            self._buf, self._filled, self._header = bytearray(size), 0, False
+            return False
+        try:
+            remote = msgpack.unpackb(self._buf, raw=False)
+        except Exception as exc:
+            raise VerificationError(f"bad comm handshake: {exc}") from exc
+        if not isinstance(remote, dict) or (remote.get("protocol"), remote.get("version")) != (
+            PROTOCOL_NAME,
+            PROTOCOL_VERSION,
+        ):
+            raise VerificationError(f"bad comm handshake: {remote!r}")
+        return True
+
+
 class _LoadConn(asyncio.BufferedProtocol):
     """One ping-pong connection: receives each echo straight into one buffer
     (``get_buffer`` returns exactly the bytes still missing), checks it and
-    sends the next message from the same callback."""
+    sends the next message from the same callback.
+
+    With a prelude (the ``comm`` wire), `connection_made` sends it and the
+    server's handshake is received and checked first; ``ready`` completes
+    then (at once without a prelude), or fails with the reason.
+    """
 
     def __init__(self, bench: _Bench, index: int, template: Template) -> None:
         self.bench = bench
         self.index = index
+        self.prelude = template.prelude
+        self.handshake = _CommHandshake() if template.prelude else None
+        self.ready: asyncio.Future[None] = bench.loop.create_future()
         self.message = bytearray(template.wire)
         self.nbytes = len(self.message)
         self.stamp_offset = template.stamp_offset
@@ -180,9 +238,27 @@ class _LoadConn(asyncio.BufferedProtocol):
     # -- receiving -------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self.handshake is not None:
+            return self.handshake.get_buffer()
         return self.view[self.filled :]
 
+    def _handshake_updated(self, nbytes: int) -> None:
+        assert self.handshake is not None
+        try:
+            done = self.handshake.buffer_updated(nbytes)
+        except VerificationError as exc:
+            self.ready.set_exception(exc)
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        if done:
+            self.handshake = None
+            self.ready.set_result(None)
+
     def buffer_updated(self, nbytes: int) -> None:
+        if self.handshake is not None:
+            self._handshake_updated(nbytes)
+            return
         self.filled += nbytes
         if self.filled < self.nbytes:
             return
@@ -231,49 +307,34 @@ class _LoadConn(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        if self.prelude:
+            self.transport.write(self.prelude)  # type: ignore[union-attr]
+        else:
+            self.ready.set_result(None)
 
     def eof_received(self) -> bool | None:
         return None  # close
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            reason = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+            self.ready.set_exception(ConnectionError(f"connection {self.index} lost during the handshake{reason}"))
+            return
         if not self.done:
             reason = f": {type(exc).__name__}: {exc}" if exc is not None else ""
             self.bench.fail(ConnectionError(f"connection {self.index} lost at message {self.seq}{reason}"))
 
 
-async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, nbytes: int) -> bytes:
-    buf = bytearray(nbytes)
-    view = memoryview(buf)
-    filled = 0
-    while filled < nbytes:
-        n = await loop.sock_recv_into(sock, view[filled:])
-        if not n:
-            raise ConnectionError(f"server closed the connection during the handshake ({filled} of {nbytes} bytes)")
-        filled += n
-    return bytes(buf)
-
-
-async def _check_comm_handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    """Read and check the comm server's handshake (one frame, a msgpack map)."""
-    import msgpack
-
-    from tornado_readinto.comm import HANDSHAKE_MAX_NBYTES, PROTOCOL_NAME, PROTOCOL_VERSION
-
-    nframes, nbytes = U64.unpack(await _recv_exactly(loop, sock, U64.size)) + U64.unpack(
-        await _recv_exactly(loop, sock, U64.size)
-    )
-    if nframes != 1 or nbytes > HANDSHAKE_MAX_NBYTES:
-        raise VerificationError(f"bad comm handshake header: {nframes} frames, {nbytes} bytes")
-    remote = msgpack.unpackb(await _recv_exactly(loop, sock, nbytes), raw=False)
-    if not isinstance(remote, dict) or (remote.get("protocol"), remote.get("version")) != (
-        PROTOCOL_NAME,
-        PROTOCOL_VERSION,
-    ):
-        raise VerificationError(f"bad comm handshake: {remote!r}")
-
-
-async def _open(bench: _Bench, index: int, port: int, template: Template, deadline: float) -> _LoadConn:
-    """Connect (retrying while the server is not listening yet), run the prelude, wrap in a `_LoadConn`."""
+async def _open(
+    bench: _Bench,
+    index: int,
+    port: int,
+    template: Template,
+    deadline: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> _LoadConn:
+    """Connect (retrying while the server is not listening yet), wrap in a
+    `_LoadConn` (over TLS with ``ssl_context``) and wait for its prelude."""
     loop = bench.loop
     while True:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -289,15 +350,36 @@ async def _open(bench: _Bench, index: int, port: int, template: Template, deadli
         except BaseException:
             sock.close()
             raise
+    tls: dict[str, Any] = {"ssl": ssl_context, "server_hostname": HOST} if ssl_context is not None else {}
+    conn = _LoadConn(bench, index, template)  # (what create_connection returns is not always ours)
     try:
-        if template.prelude:
-            await loop.sock_sendall(sock, template.prelude)
-            await _check_comm_handshake(loop, sock)
-        _, conn = await loop.create_connection(lambda: _LoadConn(bench, index, template), sock=sock)
+        transport, _ = await loop.create_connection(lambda: conn, sock=sock, **tls)
     except BaseException:
         sock.close()
         raise
-    return conn  # type: ignore[return-value]
+    try:
+        await conn.ready
+    except BaseException:
+        transport.abort()
+        raise
+    return conn
+
+
+async def _open_all(opening: list[Coroutine[Any, Any, _LoadConn]]) -> list[_LoadConn]:
+    """Open all the connections at once; if one fails, stop the others and
+    close the ones already open before raising its error (a failed TLS
+    handshake then reports itself, not the loop closed under the others)."""
+    tasks = [asyncio.ensure_future(c) for c in opening]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is None and task.result().transport is not None:
+                task.result().transport.abort()  # type: ignore[union-attr]
+        raise
 
 
 class _Snapshot:
@@ -352,16 +434,21 @@ def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
     }
 
 
-async def run_load(port: int, plan: LoadPlan, connect_timeout_s: float = 30.0) -> dict[str, Any]:
-    """The whole case in this process; returns its JSON result."""
+async def run_load(
+    port: int, plan: LoadPlan, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None
+) -> dict[str, Any]:
+    """The whole case in this process (over TLS with ``ssl_context``); returns its JSON result."""
     bench = _Bench(plan)
     deadline = time.monotonic() + connect_timeout_s
     templates = [make_template(plan.wire, plan.msize, seed=i) for i in range(plan.clients)]
     started = perf_counter()
     conns: Sequence[_LoadConn] = ()
     try:
-        conns = await asyncio.gather(*(_open(bench, i, port, templates[i], deadline) for i in range(plan.clients)))
+        conns = await _open_all(
+            [_open(bench, i, port, templates[i], deadline, ssl_context) for i in range(plan.clients)]
+        )
         connect_s = perf_counter() - started
+        tls = _tls_info(conns) if ssl_context is not None else None
         for i, conn in enumerate(conns):  # message 0; at a fixed rate spread over one period, not in lockstep
             if plan.rate:
                 bench.loop.call_later(i / (plan.clients * plan.rate), conn.send)
@@ -385,7 +472,24 @@ async def run_load(port: int, plan: LoadPlan, connect_timeout_s: float = 30.0) -
         "verified_messages": sum(c.verified_messages for c in conns),
         "full_compares": sum(c.full_compares for c in conns),
         "connect_s": connect_s,
+        "tls": tls,
     }
+
+
+def _tls_info(conns: Sequence[_LoadConn]) -> dict[str, Any]:
+    """The TLS version and cipher every connection negotiated (one each, or
+    `VerificationError` when a connection has none or they differ)."""
+    seen = set()
+    for conn in conns:
+        assert conn.transport is not None
+        cipher = conn.transport.get_extra_info("cipher")  # (name, protocol version, secret bits)
+        if not cipher:
+            raise VerificationError(f"connection {conn.index} reports no TLS cipher")
+        seen.add((cipher[1], cipher[0], cipher[2]))
+    if len(seen) != 1:
+        raise VerificationError(f"the connections negotiated different TLS parameters: {sorted(seen)}")
+    version, cipher_name, bits = seen.pop()
+    return {"version": version, "cipher": cipher_name, "bits": bits}
 
 
 def default_client_loop() -> str:

@@ -6,7 +6,9 @@ message), and ``buffer_updated`` handles every complete message in it, so a
 ``recv`` can bring several messages at once.  ``asyncio-protocol-exact`` is the
 heavier variant: ``get_buffer`` returns exactly the bytes still missing from
 the current count, lengths or frame buffer, so a message costs at least three
-``recv`` calls.  Both servers echo from the callback.
+``recv`` calls.  Both servers echo from the callback.  Over TLS (the
+servers of ``benchmarks.load --tls``) the same protocols sit on the loop's
+SSL transport, which decrypts into the buffer ``get_buffer`` hands out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -359,14 +362,22 @@ class _ProtocolConn(AsyncConn):
     """An ``asyncio.BufferedProtocol`` echo; the server echoes from the callback."""
 
     protocol_class: ClassVar[type[_ProtocolBase]]
+    supports_tls = True
 
     def __init__(self, protocol: _ProtocolBase) -> None:
         self.protocol = protocol
 
     @classmethod
-    async def _connect(cls, sock: socket.socket, echo: bool) -> _ProtocolBase:
+    async def _connect(
+        cls, sock: socket.socket, echo: bool, server_ssl_context: ssl.SSLContext | None = None
+    ) -> _ProtocolBase:
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(lambda: cls.protocol_class(echo), sock=sock)
+        protocol = cls.protocol_class(echo)
+        if server_ssl_context is None:
+            await loop.create_connection(lambda: protocol, sock=sock)
+        else:
+            # (uvloop returns its own SSLProtocol here, not ours: keep ours)
+            await loop.connect_accepted_socket(lambda: protocol, sock, ssl=server_ssl_context)
         await protocol.made  # uvloop returns before connection_made
         return protocol
 
@@ -375,8 +386,8 @@ class _ProtocolConn(AsyncConn):
         return cls(await cls._connect(sock, echo=False))
 
     @classmethod
-    async def serve_connection(cls, sock: socket.socket) -> int:
-        protocol = await cls._connect(sock, echo=True)
+    async def serve_connection(cls, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> int:
+        protocol = await cls._connect(sock, echo=True, server_ssl_context=ssl_context)
         nechoed = await protocol.lost
         if protocol._error is not None and not isinstance(protocol._error, ConnClosed):
             raise protocol._error

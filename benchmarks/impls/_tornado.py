@@ -1,6 +1,12 @@
 """Tornado implementations: stock IOStream (read_bytes, read_into), our
 ReadIntoIOStream, and FramedStream with each allocator.
 
+Over TLS (``serve_connection(sock, ssl_context)``, the servers of
+``benchmarks.load --tls``) the accepted socket is wrapped as
+`tornado.tcpserver.TCPServer` wraps it (handshake on the stream's first
+events) and served by stock `SSLIOStream`, or by `SSLReadIntoIOStream`
+where the plain server uses `ReadIntoIOStream`.
+
 All streams get ``max_buffer_size=MAX_BUFFER_NBYTES``: stock's default
 (100 MB) rejects a 100 MiB ``read_bytes``, and stock ``read_into`` counts the
 caller's buffer against it.
@@ -9,12 +15,13 @@ caller's buffer against it.
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from tornado.iostream import IOStream, StreamClosedError
+from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
 
 from ._async import AsyncConn
 from ._common import U64, Buffer, ConnClosed, ReusedBuffers, check_nframes, pack_header, unpack_lengths
@@ -25,7 +32,10 @@ MAX_BUFFER_NBYTES = 1 << 40
 
 class _TornadoConn(AsyncConn):
     stream_class: ClassVar[type[IOStream]] = IOStream
+    #: The stream over TLS.
+    tls_stream_class: ClassVar[type[SSLIOStream]] = SSLIOStream
     stream_kwargs: ClassVar[dict[str, Any]] = {}
+    supports_tls = True
 
     def __init__(self, stream: IOStream) -> None:
         self.stream = stream
@@ -33,6 +43,12 @@ class _TornadoConn(AsyncConn):
     @classmethod
     async def from_socket(cls, sock: socket.socket) -> AsyncConn:
         return cls(cls.stream_class(sock, max_buffer_size=MAX_BUFFER_NBYTES, **cls.stream_kwargs))
+
+    @classmethod
+    async def from_tls_socket(cls, sock: socket.socket, ssl_context: ssl.SSLContext) -> AsyncConn:
+        # As TCPServer does: the stream runs the handshake when its socket becomes ready.
+        wrapped = ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return cls(cls.tls_stream_class(wrapped, max_buffer_size=MAX_BUFFER_NBYTES, **cls.stream_kwargs))
 
     def close(self) -> None:
         self.stream.close()
@@ -92,6 +108,7 @@ class ReadInto(_TornadoConn):
     one ``writelines`` per message."""
 
     stream_class = ReadIntoIOStream
+    tls_stream_class = SSLReadIntoIOStream
 
     def __init__(self, stream: IOStream) -> None:
         super().__init__(stream)
@@ -130,6 +147,7 @@ class _Framed(_TornadoConn):
     """`FramedStream` over a `ReadIntoIOStream`; subclasses pick the allocator."""
 
     stream_class = ReadIntoIOStream
+    tls_stream_class = SSLReadIntoIOStream
 
     def __init__(self, stream: IOStream) -> None:
         super().__init__(stream)
