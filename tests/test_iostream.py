@@ -397,7 +397,7 @@ def test_large_read_into_lands_in_caller_buffer_zero_copy():
             remainder = nbytes - filled
             if remainder == 0:
                 assert other == []  # nothing went through the read-ahead buffer
-                assert server._ra is None  # which was never even allocated
+                assert server._core._ra is None  # which was never even allocated
             else:
                 # the small remainder, after every direct recv, through the read-ahead buffer
                 assert remainder < DIRECT_READ_MIN_NBYTES
@@ -425,7 +425,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
                 await client.write(msg)
                 await server.read_into(header)
                 await server.read_into(body)
-            ra = server._ra
+            ra = server._core._ra
             sock.reset()
             tracemalloc.start()
             try:
@@ -438,7 +438,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
                 _, peak = tracemalloc.get_traced_memory()
             finally:
                 tracemalloc.stop()
-            assert server._ra is ra  # same buffer all along
+            assert server._core._ra is ra  # same buffer all along
             assert len(sock.recvs) == 50
             assert all(r.received == 108 for r in sock.recvs)
             assert peak < 32 * 1024  # no 64 KiB buffer per recv
@@ -498,7 +498,7 @@ def test_read_bytes_large_uses_few_recvs():
             assert await reading == payload
             data_recvs = [r for r in server.socket.recvs if r.received]
             assert max(r.requested for r in data_recvs) > 1024 * 1024
-            assert server._ra is None  # the grown buffer was given back
+            assert server._core._ra is None  # the grown buffer was given back
         finally:
             server.close()
             client.close()
@@ -657,12 +657,34 @@ def test_close_releases_read_ahead_buffer():
         server, client = await stream_pair(ReadIntoIOStream)
         await client.write(b"abc")
         assert await server.read_bytes(1) == b"a"
-        assert server._ra is not None
+        assert server._core._ra is not None
         client.close()
         server.close()
-        assert server._ra is not None  # 2 bytes still buffered: readable after close
+        assert server._core._ra is not None  # 2 bytes still buffered: readable after close
         assert await server.read_bytes(2) == b"bc"
-        assert server._ra is None  # drained after close: memory given back
+        assert server._core._ra is None  # drained after close: memory given back
+
+    run(main())
+
+
+def test_read_into_on_closed_stream_raises_and_releases_the_buffer():
+    """As stock, a read_into that a closed stream cannot fill raises
+    StreamClosedError (after copying what was read ahead); unlike stock, the
+    caller's buffer is not left exported, so it can be resized."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        await client.write(b"abc")
+        assert await server.read_bytes(1) == b"a"
+        client.close()
+        server.close()
+        buf = bytearray(10)
+        with pytest.raises(StreamClosedError):
+            server.read_into(buf)
+        assert buf[:2] == b"bc"
+        buf.extend(b"more")  # BufferError if a view of it were still held
+        with pytest.raises(StreamClosedError):
+            server.read_bytes(1)
 
     run(main())
 

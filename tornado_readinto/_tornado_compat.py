@@ -120,10 +120,8 @@ PRIVATE_STREAM_HOOKS = (
     "_handle_events",
     "_handle_connect",
     "_read_to_buffer_loop",
-    "_read_to_buffer",
     "_find_read_pos",
     "_finish_read",
-    "_consume",
     "_read_from_buffer",
     "_signal_closed",
     "_start_read",
@@ -132,6 +130,7 @@ PRIVATE_STREAM_HOOKS = (
     "_add_io_state",
     "_check_closed",
     "_is_connreset",
+    "close_fd",
     "read_from_fd",
     "write_to_fd",
 )

@@ -6,11 +6,16 @@ Strategy:
   ``recv`` attempt (EAGAIN ones included), appends what arrived to
   ``_read_buffer`` and then slices a ``bytes`` copy out for the caller: three
   copies of every byte and a 64 KiB memset per syscall.
-* Here every stream owns one *read-ahead* buffer, allocated once and reused.
-  Valid bytes live in ``_ra[_ra_start : _ra_start + _read_buffer_size]``.  A
-  ``recv_into`` lands in its free tail; ``read_bytes`` and friends copy their
-  result out of it once.  It grows only for a pending read that needs more
-  room (a big ``read_bytes`` or ``read_until``) and shrinks back when drained.
+* The read state machine is a pure object, `tornado_readinto._readcore.ReadCore`,
+  with the shape of an ``asyncio.BufferedProtocol``; this class is its
+  selector engine: from the readable callback (or inline, when a read
+  starts) it calls ``recv_into`` on the view ``core.get_buffer()`` hands out and
+  reports the count with ``core.buffer_updated(n)``, which completes reads.
+* Every stream owns one *read-ahead* buffer (in its core), allocated once and
+  reused.  A ``recv_into`` lands in its free tail; ``read_bytes`` and friends
+  copy their result out of it once.  It grows only for a pending read that
+  needs more room (a big ``read_bytes`` or ``read_until``) and shrinks back
+  when drained.
 * ``read_into(buf)`` first copies whatever is already read ahead (bounded: at
   most one read-ahead buffer), then ``recv_into``\\ s the rest *directly into the
   unfilled tail of* ``buf``, for exactly the bytes still missing, so large
@@ -63,8 +68,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import re
 import socket
 import ssl
+import sys
 from collections.abc import Iterable
 from time import perf_counter
 from typing import Any, Union
@@ -74,6 +81,7 @@ from tornado.concurrent import Future
 from tornado.log import gen_log
 
 from . import _gilheld
+from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -86,17 +94,11 @@ from ._tornado_compat import (
     ssl_wrap_socket,
 )
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
-from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
-from .framing import NEED_DATA, MessageReader
+from .errors import BufferBusyError, ReadIntoError
+from .framing import MessageReader
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES", "DRAINED_VALID_S"]
-
-#: A ``read_into`` whose missing bytes are at least this many is received
-#: straight into the caller's buffer; a smaller remainder goes through the
-#: read-ahead buffer (one syscall can then also bring the next message).
-#: 16 KiB = one TLS record, and a quarter of the 64 KiB default read chunk.
-DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
 
 #: How long a short ``recv`` proves a plain socket empty.  A read that starts
 #: later tries ``recv`` before waiting for the event loop: when the loop thread
@@ -107,10 +109,6 @@ DIRECT_READ_MIN_NBYTES = 16 * 1024  # bytes
 #: within tens of microseconds of the last ``recv`` and keep the saving of the
 #: ``recv`` that would fail with EAGAIN.
 DRAINED_VALID_S = 1e-3  # seconds
-
-#: The read-ahead buffer is released when it is empty and has grown past this
-#: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
-_SHRINK_FACTOR = 4
 
 
 def _iov_max() -> int:
@@ -237,17 +235,13 @@ class ReadIntoIOStream(IOStream):
         self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
         # Bytes of the write buffer that the cork holds back (see writelines).
         self._cork_nbytes = 0
-        self._ra: bytearray | None = None  # read-ahead storage
-        self._ra_view: memoryview | None = None  # long-lived view of _ra
-        self._ra_start = 0  # first valid byte in _ra
-        self._read_target: memoryview | None = None  # read_into's buffer
-        self._read_target_filled = 0
-        # read_message's reader, and its finished message once complete.
-        self._read_reader: MessageReader | None = None
-        self._read_message: Any = None
-        # Buffered bytes already searched in vain by the pending read_until
-        # (a delimiter search resumes there: no quadratic rescans).
-        self._scanned = 0
+        # The read state machine: the read-ahead buffer and the pending read
+        # (see tornado_readinto._readcore); this class is its selector engine.
+        # Made first: BaseIOStream.__init__ sets its sizes (properties below).
+        self._core = ReadCore()
+        # A read completed inside Tornado's _try_inline_read, until its
+        # _finish_read hook hands it over.
+        self._read_result: Any = None
         # False only when the last recv proved the socket (and SSL object)
         # empty; a READ event sets it back.  Lets reads skip a doomed recv,
         # for DRAINED_VALID_S after _drained_at (perf_counter seconds).
@@ -284,25 +278,48 @@ class ReadIntoIOStream(IOStream):
     def _read_buffer(self) -> bytes:
         """A *copy* of the bytes read ahead and not yet consumed.
 
-        Stock Tornado keeps a ``bytearray`` here; this stream keeps a reusable
-        buffer with an offset instead, so outside code gets a snapshot.
+        Stock Tornado keeps a ``bytearray`` here; this stream's read core
+        keeps a reusable buffer with an offset instead, so outside code gets a
+        snapshot.
         """
-        if self._ra_view is None or not self._read_buffer_size:
-            return b""
-        start = self._ra_start
-        return self._ra_view[start : start + self._read_buffer_size].tobytes()
+        return self._core.peek_buffered()
 
     @_read_buffer.setter
     def _read_buffer(self, data: BytesLike) -> None:
         # BaseIOStream.__init__ assigns an empty bytearray; any assignment
         # replaces the read-ahead bytes with ``data``.
-        self._read_buffer_size = 0
-        self._ra_start = 0
-        if len(data):
-            self._reserve(len(data))
-            assert self._ra_view is not None
-            self._ra_view[: len(data)] = data
-            self._read_buffer_size = len(data)
+        self._core.replace_buffered(data)
+
+    @property  # type: ignore[override]
+    def _read_buffer_size(self) -> int:
+        """Bytes read ahead and not yet consumed (kept by the read core)."""
+        return self._core.buffered_nbytes
+
+    @_read_buffer_size.setter
+    def _read_buffer_size(self, nbytes: int) -> None:
+        # BaseIOStream.__init__ assigns 0: the count itself is the core's.
+        if nbytes != self._core.buffered_nbytes:
+            raise AttributeError("_read_buffer_size counts the bytes read ahead: assign _read_buffer instead")
+
+    @property  # type: ignore[override]
+    def max_buffer_size(self) -> int:
+        """As stock: the most bytes read ahead (a `read_into` buffer does not
+        count); kept by the read core."""
+        return self._core.max_buffer_size
+
+    @max_buffer_size.setter
+    def max_buffer_size(self, nbytes: int) -> None:
+        self._core.max_buffer_size = nbytes
+
+    @property  # type: ignore[override]
+    def read_chunk_size(self) -> int:
+        """As stock: the usual size of one read-ahead ``recv``; kept by the
+        read core."""
+        return self._core.read_chunk_size
+
+    @read_chunk_size.setter
+    def read_chunk_size(self, nbytes: int) -> None:
+        self._core.read_chunk_size = nbytes
 
     # -- reads -----------------------------------------------------------------
 
@@ -332,40 +349,13 @@ class ReadIntoIOStream(IOStream):
         """
         # A bytearray is always writable, contiguous and of format 'B'.
         view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
-        nbytes = view.nbytes
-        size = self._read_buffer_size
-        if self._read_future is None and (size >= nbytes or (partial and size)):
-            # All there (partial: some): one copy, no read state.
-            take = min(nbytes, size)
-            if take:
-                start = self._ra_start
-                assert self._ra_view is not None
-                view[:take] = self._ra_view[start : start + take]
-                self._consume_nbytes(take)
+        if self._read_future is not None:
             view.release()
-            return self._resolved(take)
-        try:
-            future = self._start_read()
-        except BaseException:
-            view.release()
-            raise
-        take = size if size < nbytes else nbytes
-        if take:
-            start = self._ra_start
-            assert self._ra_view is not None
-            view[:take] = self._ra_view[start : start + take]
-            self._consume_nbytes(take)
-        self._read_target = view
-        self._read_target_filled = take
-        self._read_bytes = nbytes
-        self._read_partial = partial
-        self._user_read_buffer = True
-        try:
-            self._receive_or_park()
-        except BaseException:
-            future.add_done_callback(lambda f: f.exception())
-            raise
-        return future
+            self._start_read()  # raises: closed, or a read is in progress
+        result = self._core.read_into(view, partial)
+        if result is PENDING:
+            return self._pending_read_into()
+        return self._resolved(result)
 
     def read_bytes(self, num_bytes: int, partial: bool = False) -> Future[bytes]:
         """Read ``num_bytes`` bytes (or, with ``partial``, at least one).
@@ -377,18 +367,54 @@ class ReadIntoIOStream(IOStream):
         """
         if num_bytes < 0:
             raise ValueError(f"read_bytes needs num_bytes >= 0, got {num_bytes}")
-        size = self._read_buffer_size
-        if self._read_future is None and (size >= num_bytes or (partial and size)):
-            return self._resolved(self._consume(min(num_bytes, size)))
-        future = self._start_read()
-        self._read_bytes = num_bytes
-        self._read_partial = partial
+        if self._read_future is not None:
+            self._start_read()  # raises: closed, or a read is in progress
+        result = self._core.read_bytes(num_bytes, partial)
+        if result is PENDING:
+            return self._pending_read()
+        return self._resolved(result)
+
+    def read_until(self, delimiter: bytes, max_bytes: int | None = None) -> Future[bytes]:
+        """As stock: read up to and including ``delimiter``.
+
+        Each search resumes where the last one stopped, so a line arriving in
+        many pieces is scanned once.  If more than ``max_bytes`` bytes come
+        before the end of the delimiter, the stream is closed and the Future
+        fails with ``StreamClosedError`` (``real_error``:
+        ``UnsatisfiableReadError``).
+        """
+        if self._read_future is not None:
+            self._start_read()  # raises: closed, or a read is in progress
         try:
-            self._try_inline_read()
-        except BaseException:
-            future.add_done_callback(lambda f: f.exception())
-            raise
-        return future
+            result = self._core.read_until(delimiter, max_bytes)
+        except UnsatisfiableReadError as e:
+            return self._unsatisfiable(e)
+        if result is PENDING:
+            return self._pending_read()
+        return self._resolved(result)
+
+    def read_until_regex(self, regex: bytes, max_bytes: int | None = None) -> Future[bytes]:
+        """As stock: read up to the end of the first match of ``regex``;
+        ``max_bytes`` as in `read_until`."""
+        if self._read_future is not None:
+            self._start_read()  # raises: closed, or a read is in progress
+        try:
+            result = self._core.read_until_regex(re.compile(regex), max_bytes)
+        except UnsatisfiableReadError as e:
+            return self._unsatisfiable(e)
+        if result is PENDING:
+            return self._pending_read()
+        return self._resolved(result)
+
+    def read_until_close(self) -> Future[bytes]:
+        """As stock: read everything until the peer closes (bounded by
+        ``max_buffer_size``); resolves at once on a closed stream."""
+        if self._read_future is not None:
+            self._start_read()  # raises: closed, or a read is in progress
+        result = self._core.read_until_close()
+        if result is PENDING:
+            return self._pending_read()
+        return self._resolved(result)
 
     def read_message(self, reader: MessageReader) -> Future[Any]:
         """Read one message with an incremental ``reader`` (such as
@@ -415,57 +441,83 @@ class ReadIntoIOStream(IOStream):
             # Closed because the data was rejected: what is left read ahead
             # belongs to that bad message.
             raise StreamClosedError(real_error=error)
-        if self._read_future is None and self._read_buffer_size:
-            # Parse what is read ahead first: a whole message costs no read
-            # state and no syscall.
-            try:
-                message = self._feed(reader)
-            except Exception as e:
-                future = self._start_read()
-                self._read_reader = reader
-                self.close(exc_info=e)  # fails the Future with e (see _signal_closed)
-                return future
-            if message is not NEED_DATA:
-                return self._resolved(message)
-        future = self._start_read()
-        self._read_reader = reader
+        if self._read_future is not None:
+            self._start_read()  # raises: closed, or a read is in progress
         try:
-            if self._read_buffer_size:
-                self._feed_reader()
-            if self._read_message is not None:
-                self._read_from_buffer(0)
-            elif not self.closed():
-                self._try_inline_read()
-            elif not future.done():
-                self._check_closed()
-            # else: the read-ahead bytes were rejected (FramingError…) and the
-            # stream closed: the Future already carries that error.
+            result = self._core.read_message(reader)
+        except Exception as e:
+            # The reader rejected the bytes read ahead: the read fails with
+            # its error and the stream closes (see _signal_closed).
+            future = self._start_read()
+            self.close(exc_info=e)
+            return future
+        if result is PENDING:
+            return self._pending_read()
+        return self._resolved(result)
+
+    def _pending_read_into(self) -> Future[int]:
+        """The Future of a `read_into` that the bytes read ahead did not
+        complete: the socket is tried now, else READ awaited."""
+        future = self._start_read()
+        if self._closed:
+            # Nothing more will come: raise, as stock does (its Future stays
+            # pending); the core's read ends, which releases ``buf``.
+            self._core.connection_lost(self.error)
+            raise StreamClosedError(real_error=self.error)
+        try:
+            self._receive_or_park()
         except BaseException:
             future.add_done_callback(lambda f: f.exception())
             raise
         return future
 
-    def _feed(self, reader: MessageReader) -> Any:
-        """Hand the read-ahead bytes to ``reader``; return its next message
-        or `NEED_DATA`.  Raises what the reader raises."""
-        assert self._ra_view is not None
-        start = self._ra_start
-        with self._ra_view[start : start + self._read_buffer_size] as data:
-            consumed = reader.feed(data)
-        self._consume_nbytes(consumed)
-        return reader.next_message()
-
-    def _feed_reader(self) -> None:
-        """Hand the read-ahead bytes to the pending reader; records the
-        message if one completed.  A reader error closes the stream."""
-        assert self._read_reader is not None
+    def _pending_read(self) -> Future[Any]:
+        """The Future of a read that the bytes read ahead did not complete,
+        as stock: Tornado's ``_try_inline_read`` (which calls
+        `_find_read_pos`, `_read_to_buffer_loop` and `_finish_read` below)
+        tries the socket now, else waits for READ."""
+        future = self._start_read()
         try:
-            message = self._feed(self._read_reader)
-        except Exception as e:
+            self._try_inline_read()
+        except UnsatisfiableReadError as e:
+            # As stock read_until: the stream closes, the Future fails.
+            gen_log.info("Unsatisfiable read, closing connection: %s", e)
             self.close(exc_info=e)
-            return
-        if message is not NEED_DATA:
-            self._read_message = message
+        except BaseException:
+            future.add_done_callback(lambda f: f.exception())
+            raise
+        return future
+
+    def _find_read_pos(self) -> int | None:
+        """Tornado's hook, asked before receiving: None, since the core
+        completes a read as soon as its bytes are there.  On a closed stream
+        the core's read ends here (stock then raises ``StreamClosedError``)."""
+        if self._closed:
+            self._core.connection_lost(self.error)
+        return None
+
+    def _read_to_buffer_loop(self) -> int | None:  # type: ignore[override]
+        """Tornado's hook: receive for the pending read; a dummy position
+        once it completed (its result waits for `_finish_read`), else None."""
+        result = self._receive_for_read()
+        if result is PENDING:
+            return None
+        self._read_result = result
+        return 0
+
+    def _finish_read(self, size: int) -> None:
+        """Tornado's hook (through ``_read_from_buffer``): resolve the read
+        that `_read_to_buffer_loop` completed."""
+        result, self._read_result = self._read_result, None
+        self._complete(result)
+
+    def _unsatisfiable(self, error: UnsatisfiableReadError) -> Future[Any]:
+        """The bytes read ahead already break a ``max_bytes``: as stock, the
+        stream closes and the read's Future fails with ``StreamClosedError``."""
+        future = self._start_read()
+        gen_log.info("Unsatisfiable read, closing connection: %s", error)
+        self.close(exc_info=error)
+        return future
 
     def _resolved(self, result: Any) -> Future[Any]:
         """A Future already resolved to ``result``: a read that the
@@ -477,40 +529,14 @@ class ReadIntoIOStream(IOStream):
             self._maybe_add_error_listener()
         return future
 
-    def _read_into_reader(self) -> int | None:
-        """Receive for the pending `read_message`; return 0 once the message
-        is complete (a dummy read position), else None."""
-        reader = self._read_reader
-        assert reader is not None
-        while not self.closed():
-            try:
-                buf = reader.get_buffer()
-            except Exception as e:
-                self.close(exc_info=e)
-                return None
-            if len(buf) >= DIRECT_READ_MIN_NBYTES:
-                with buf:
-                    received = self._recv_into(buf)
-                if not received:
-                    return None
-                try:
-                    reader.buffer_updated(received)
-                    message = reader.next_message()
-                except Exception as e:
-                    self.close(exc_info=e)
-                    return None
-                if message is not NEED_DATA:
-                    self._read_message = message
-            else:
-                buf.release()
-                if not self._read_to_buffer():
-                    return None
-                self._feed_reader()
-            if self._read_message is not None:
-                return 0
-            if not self._readable_hint:
-                break
-        return None
+    def _complete(self, result: Any) -> None:
+        """Resolve the pending read's Future to ``result``."""
+        future = self._read_future
+        if future is not None:
+            self._read_future = None
+            future._stream = None  # type: ignore[attr-defined]
+            future_set_result_unless_cancelled(future, result)
+        self._maybe_add_error_listener()
 
     def _start_read(self) -> Future:  # type: ignore[type-arg]
         if self._read_future is not None:
@@ -526,12 +552,12 @@ class ReadIntoIOStream(IOStream):
             gen_log.debug("read cancelled; closing %r so it cannot get out of step", self)
             self._read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
-            self._read_buffer_size = self._ra_start = 0
+            self._core.discard()
             self.close(exc_info=asyncio.CancelledError("a read was cancelled, so the stream was closed"))
 
     def _handle_read(self) -> None:
         try:
-            pos = self._read_to_buffer_loop()
+            result = self._receive_for_read()
         except UnsatisfiableReadError:
             raise
         except asyncio.CancelledError:
@@ -540,31 +566,30 @@ class ReadIntoIOStream(IOStream):
             gen_log.warning("error on read: %s", e)
             self.close(exc_info=e)
             return
-        if pos is not None:
-            self._read_from_buffer(pos)
+        if result is not PENDING:
+            self._complete(result)
 
-    def _read_to_buffer_loop(self) -> int | None:
-        """Receive until the pending read can be satisfied, the socket has no
-        more data, or the stream closes; return the read position or None
+    def _receive_for_read(self) -> Any:
+        """Receive until the pending read completes, the socket has no more
+        data, or the stream closes; return the read's result, or `PENDING`
         (the read then waits for the selector)."""
-        pos = self._receive_now()
-        if pos is None and self._read_future is not None and not self._closed:
+        result = self._receive_now()
+        if result is PENDING and self._read_future is not None and not self._closed:
             if self._cork_nbytes:
                 self._uncork()  # the reads caught up: send the held replies
             if self._busy_poll is not None:
                 now = perf_counter()
                 if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
                     self._busy_poll.parked(now)
-        return pos
+        return result
 
     def _receive_or_park(self) -> None:
         """The pending read cannot be satisfied from the buffer: receive what
         the socket has, else wait for READ (keeping the loop polling a while
         if busy-polling is on)."""
-        self._check_closed()
-        pos = self._read_to_buffer_loop()
-        if pos is not None:
-            self._read_from_buffer(pos)
+        result = self._receive_for_read()
+        if result is not PENDING:
+            self._complete(result)
         elif not self._closed:
             state = self._state
             if state is None or not state & _READ:
@@ -575,7 +600,7 @@ class ReadIntoIOStream(IOStream):
         loop: nothing is read ahead and, as in `_receive_now`, a recv just
         proved the (plain) socket empty with READ registered.  No syscall.
         Lets a serving loop skip its own yield between requests."""
-        return not self._read_buffer_size and self._proved_empty()
+        return not self._core.buffered_nbytes and self._proved_empty()
 
     def _proved_empty(self) -> bool:
         """The last recv, less than `DRAINED_VALID_S` ago, found the (plain)
@@ -588,65 +613,48 @@ class ReadIntoIOStream(IOStream):
             and perf_counter() - self._drained_at < DRAINED_VALID_S
         )
 
-    def _receive_now(self) -> int | None:
-        """Receive what the socket has now for the pending read."""
+    def _receive_now(self) -> Any:
+        """Feed the read core what the socket has now: ``recv_into`` the
+        buffer it hands out, then tell it how many bytes arrived; return the
+        pending read's result or `PENDING`."""
         if self._proved_empty():
-            return self._find_read_pos()  # wait for the selector
-        if self._read_target is not None:
-            return self._read_into_target()
-        if self._read_reader is not None:
-            return self._read_into_reader()
-        if self._read_future is None and not self._read_until_close:
+            return PENDING  # wait for the selector
+        core = self._core
+        if not core.reading:
             # Idle read-ahead (READ stays registered): one recv bounded by the
             # read chunk size, which also notices EOF for the close callback.
-            room = self.read_chunk_size - self._read_buffer_size
-            if room > 0:
-                self._read_to_buffer(room)
-            return None
-        next_find_size = 0
-        while not self.closed():
-            if not self._read_to_buffer():
-                break
-            # A regex cannot resume a search: only rescan when the buffer has
-            # doubled since the last search, and once more below.
-            if self._read_regex is None or self._read_buffer_size >= next_find_size:
-                pos = self._find_read_pos()
-                if pos is not None:
-                    return pos
-                next_find_size = 2 * self._read_buffer_size
+            view = core.get_buffer()
+            if len(view):
+                received = self._recv_into(view)
+                if received:
+                    core.buffer_updated(received)
+            return PENDING
+        recv_into = self._recv_into
+        while not self._closed:
+            try:
+                view = core.get_buffer()
+            except Exception as e:  # a reader that failed earlier
+                self.close(exc_info=e)
+                return PENDING
+            received = recv_into(view)
+            if not received:
+                break  # EAGAIN, or closed (EOF, reset: close() ended the read)
+            try:
+                result = core.buffer_updated(received)
+            except StreamBufferFullError as e:
+                gen_log.error("Reached maximum read buffer size")
+                self.close(exc_info=e)
+                raise
+            except UnsatisfiableReadError:
+                raise
+            except Exception as e:  # the reader rejected the bytes (FramingError…)
+                self.close(exc_info=e)
+                return PENDING
+            if result is not PENDING:
+                return result
             if not self._readable_hint:
                 break
-        return self._find_read_pos()
-
-    def _read_into_target(self) -> int | None:
-        """Receive into the pending `read_into` buffer."""
-        target = self._read_target
-        assert target is not None
-        nbytes = target.nbytes
-        while not self.closed():
-            filled = self._read_target_filled
-            missing = nbytes - filled
-            if missing < DIRECT_READ_MIN_NBYTES:
-                # Small remainder: one read-ahead recv may bring it and more.
-                if not self._read_to_buffer():
-                    break
-                take = min(missing, self._read_buffer_size)
-                start = self._ra_start
-                assert self._ra_view is not None
-                target[filled : filled + take] = self._ra_view[start : start + take]
-                self._consume_nbytes(take)
-            else:
-                with target[filled:] as tail:
-                    received = self._recv_into(tail)
-                if not received:
-                    break
-                take = received
-            self._read_target_filled = filled = filled + take
-            if filled == nbytes or self._read_partial:
-                return filled
-            if not self._readable_hint:
-                break
-        return None
+        return PENDING
 
     def _recv_into(self, view: memoryview) -> int | None:
         """One ``recv_into(view)``; the single place where reads meet the
@@ -710,177 +718,15 @@ class ReadIntoIOStream(IOStream):
             _gilheld.note_stall(end)
         return sent  # type: ignore[no-any-return]
 
-    def _read_to_buffer(self, limit: int | None = None) -> int | None:
-        """One ``recv_into`` into the free tail of the read-ahead buffer (at
-        most ``limit`` bytes).
-
-        Returns the byte count (0 on EAGAIN or EOF; None after a reset).
-        :raises StreamBufferFullError: more than ``max_buffer_size`` is
-            buffered (the stream is closed first).
-        """
-        size = self._read_buffer_size
-        if self._read_bytes is not None and self._read_target is None:
-            # Room for the whole pending read_bytes, but never more than one
-            # byte past max_buffer_size (enough to detect the overflow).
-            want = min(self._read_bytes, self.max_buffer_size + 1) - size
-        else:
-            want = 0
-        self._reserve(max(want, self.read_chunk_size // 2))
-        assert self._ra is not None and self._ra_view is not None
-        end = self._ra_start + size
-        stop = len(self._ra) if limit is None else min(len(self._ra), end + limit)
-        with self._ra_view[end:stop] as tail:
-            received = self._recv_into(tail)
-        if received:
-            self._read_buffer_size += received
-            if self._read_buffer_size > self.max_buffer_size:
-                gen_log.error("Reached maximum read buffer size")
-                error = StreamBufferFullError("Reached maximum read buffer size")
-                self.close(exc_info=error)
-                raise error
-        return received
-
-    def _reserve(self, free_nbytes: int) -> None:
-        """Make room for at least ``free_nbytes`` after the buffered bytes:
-        compact (one memmove of the buffered bytes) or reallocate."""
-        size = self._read_buffer_size
-        ra = self._ra
-        capacity = len(ra) if ra is not None else 0
-        if size + free_nbytes <= capacity:
-            start = self._ra_start
-            if start + size + free_nbytes > capacity:
-                assert self._ra_view is not None
-                self._ra_view[:size] = self._ra_view[start : start + size]
-                self._ra_start = 0
-            return
-        new_capacity = max(size + free_nbytes, 2 * capacity, self.read_chunk_size)
-        new_capacity = min(new_capacity, max(size + free_nbytes, self.max_buffer_size + self.read_chunk_size))
-        new = bytearray(new_capacity)
-        new_view = memoryview(new)
-        if size:
-            assert self._ra_view is not None
-            start = self._ra_start
-            new_view[:size] = self._ra_view[start : start + size]
-        self._release_read_ahead()
-        self._ra, self._ra_view, self._ra_start = new, new_view, 0
-
-    def _consume_nbytes(self, nbytes: int) -> None:
-        self._read_buffer_size -= nbytes
-        if self._read_buffer_size:
-            self._ra_start += nbytes
-            return
-        self._ra_start = 0
-        ra = self._ra
-        if ra is not None and (self._closed or len(ra) > _SHRINK_FACTOR * self.read_chunk_size):
-            # Closed, or grown for one big read: give the memory back.
-            self._release_read_ahead()
-
-    def _release_read_ahead(self) -> None:
-        if self._ra_view is not None:
-            self._ra_view.release()
-        self._ra = self._ra_view = None
-
-    def _consume(self, loc: int) -> bytes:
-        if loc == 0:
-            return b""
-        assert self._ra_view is not None and loc <= self._read_buffer_size
-        start = self._ra_start
-        data = self._ra_view[start : start + loc].tobytes()
-        self._consume_nbytes(loc)
-        return data
-
-    def _find_read_pos(self) -> int | None:
-        if self._read_reader is not None:
-            return 0 if self._read_message is not None else None
-        if self._read_target is not None:
-            filled = self._read_target_filled
-            if filled == self._read_bytes or (self._read_partial and filled):
-                return filled
-            return None
-        size = self._read_buffer_size
-        if self._read_bytes is not None:
-            if size >= self._read_bytes or (self._read_partial and size > 0):
-                return min(self._read_bytes, size)
-            return None
-        if not size:
-            return None
-        start = self._ra_start
-        if self._read_delimiter is not None:
-            assert self._ra is not None
-            delimiter = self._read_delimiter
-            resume = max(0, self._scanned - len(delimiter) + 1)
-            loc = self._ra.find(delimiter, start + resume, start + size)
-            if loc != -1:
-                end = loc - start + len(delimiter)
-                self._check_max_bytes(delimiter, end)
-                return end
-            self._scanned = size
-            self._check_max_bytes(delimiter, size)
-        elif self._read_regex is not None:
-            assert self._ra_view is not None
-            with self._ra_view[start : start + size] as data:
-                match = self._read_regex.search(data)
-            if match is not None:
-                end = match.end()
-                self._check_max_bytes(self._read_regex, end)
-                return end
-            self._check_max_bytes(self._read_regex, size)
-        return None
-
-    def _finish_read(self, size: int) -> None:
-        self._scanned = 0
-        target = self._read_target
-        result: Any
-        if self._read_reader is not None:
-            result, self._read_message = self._read_message, None
-            self._read_reader = None
-        elif target is not None:
-            self._read_target = None
-            self._user_read_buffer = False
-            target.release()  # the caller may resize its buffer now
-            result = size
-        else:
-            result = self._consume(size)
-        future = self._read_future
-        if future is not None:
-            self._read_future = None
-            future._stream = None  # type: ignore[attr-defined]
-            future_set_result_unless_cancelled(future, result)
-        self._maybe_add_error_listener()
-
     def _signal_closed(self) -> None:
         future = self._read_future
-        reader = self._read_reader
-        if future is not None and not future.done() and reader is not None:
-            if isinstance(self.error, ReadIntoError) and not isinstance(self.error, StreamClosedError):
-                # The reader rejected the data (FramingError…): say so.
-                future.set_exception(self.error)
-            elif reader.in_message:
-                future.set_exception(
-                    IncompleteReadError(
-                        reader.expected_nbytes,
-                        reader.received_nbytes,
-                        reader.describe_progress(),
-                        real_error=self.error,
-                    )
-                )
-            if future.done():
-                future.exception()  # retrieved: the caller gets it by awaiting
-        self._read_reader = None
-        self._read_message = None
-        if future is not None and not future.done() and self._read_bytes is not None:
-            if self._read_target is not None:
-                received = self._read_target_filled
-            else:
-                received = self._read_buffer_size
-            future.set_exception(IncompleteReadError(self._read_bytes, received, real_error=self.error))
+        # The core says what the pending read fails with (IncompleteReadError
+        # with counts, the reader's own error, or StreamClosedError), and gives
+        # back a drained read-ahead buffer.
+        error = self._core.connection_lost(self.error)
+        if error is not None and future is not None and not future.done():
+            future.set_exception(error)
             future.exception()  # retrieved: the caller gets it by awaiting
-        if self._read_target is not None:
-            self._read_target.release()
-            self._read_target = None
-            self._user_read_buffer = False
-        if not self._read_buffer_size:
-            self._release_read_ahead()  # nothing left to read: free it now
         if self._write_buffer is not None:
             # Release our views of the caller's buffers now (Tornado 6.5 just
             # drops the buffer and leaves that to the garbage collector).
@@ -962,7 +808,7 @@ class ReadIntoIOStream(IOStream):
             # sendmsg below, still counts).
             self._drained_at = perf_counter()
         write_buffer = self._write_buffer
-        if self._read_buffer_size and self._gather and len(write_buffer) == self._cork_nbytes:
+        if self._core.buffered_nbytes and self._gather and len(write_buffer) == self._cork_nbytes:
             # (Never behind bytes queued by someone else, e.g. dask's direct
             # _write_buffer appends: their write(b"") must wait for them.)
             if self._cork(buffers):
@@ -1051,11 +897,36 @@ class ReadIntoIOStream(IOStream):
 
     def close(self, exc_info: Any = False) -> None:
         """As stock `IOStream.close`; replies held by the cork (see
-        `writelines`) are sent first, unless closing for an error."""
+        `writelines`) are sent first, unless closing for an error.
+
+        As stock, a pending read that the bytes read ahead satisfy completes,
+        and ``read_until_close`` completes with them unless the stream closes
+        for an error (a connection reset counts as a close)."""
         if self._cork_nbytes and not exc_info:
             self._uncork()
         self._cork_nbytes = 0
-        super().close(exc_info)
+        if not self._closed:
+            # Stock close(), with the read core deciding what a pending read
+            # gets (stock asks _find_read_pos and _finish_read).
+            if exc_info:
+                if isinstance(exc_info, tuple):
+                    self.error = exc_info[1]
+                elif isinstance(exc_info, BaseException):
+                    self.error = exc_info
+                else:
+                    exc_info = sys.exc_info()
+                    if any(exc_info):
+                        self.error = exc_info[1]
+            error = self.error
+            result = self._core.eof_received(error is None or self._is_connreset(error))
+            if result is not PENDING:
+                self._complete(result)
+            if self._state is not None:
+                self.io_loop.remove_handler(self.fileno())
+                self._state = None
+            self.close_fd()
+            self._closed = True
+        self._signal_closed()
 
     def _handle_write(self) -> None:
         if not self._gather:
@@ -1114,7 +985,8 @@ class ReadIntoIOStream(IOStream):
                 self._handle_read()
                 if self._closed:
                     return
-                if events == _READ and (self._read_future is not None or self._read_buffer_size < self.read_chunk_size):
+                core = self._core
+                if events == _READ and (self._read_future is not None or core.buffered_nbytes < core.read_chunk_size):
                     return  # READ was registered and stays: nothing to update
             if events & _WRITE:
                 self._handle_write()
@@ -1127,7 +999,8 @@ class ReadIntoIOStream(IOStream):
             state = _ERROR
             # Unlike stock, keep READ while the read-ahead buffer has room, so
             # consecutive reads on a busy stream cost no epoll_ctl.
-            if self.reading() or self._read_buffer_size < self.read_chunk_size:
+            core = self._core
+            if self.reading() or core.buffered_nbytes < core.read_chunk_size:
                 state |= _READ
             if self.writing():
                 state |= _WRITE
@@ -1162,7 +1035,7 @@ class ReadIntoIOStream(IOStream):
             or self._write_futures
             or self._connect_future
             or self._closed
-            or self._read_buffer_size
+            or self._core.buffered_nbytes
             or self._write_buffer
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
