@@ -228,6 +228,9 @@ class Engine:
     #: (direct?, nbytes) per receive.
     receives: list[tuple[bool, int]] = field(default_factory=list)
     get_buffer_calls: int = 0
+    #: Receives per receive loop: all but a loop's last say ``more=True``,
+    #: and the loop ends with ``search()``, as the selector engine does.
+    loop_len: int = 1
 
     def __post_init__(self) -> None:
         self.chunks = [chunk for chunk in self.chunks if chunk]
@@ -272,7 +275,13 @@ class Engine:
             assert target is not None
             assert target[filled : filled + nbytes] == chunk[:nbytes]
         self.receives.append((direct, nbytes))
-        return core.buffer_updated(nbytes)
+        if self.loop_len == 1:
+            return core.buffer_updated(nbytes)
+        more = len(self.receives) % self.loop_len != 0 and bool(self.chunks)
+        result = core.buffer_updated(nbytes, more=more)
+        if result is PENDING and not more:
+            result = core.search()  # the loop ended
+        return result
 
 
 def start(core: ReadCore, op: Op) -> tuple[Any, Any, Any]:
@@ -314,11 +323,14 @@ def error_outcome(exc: BaseException | None) -> Outcome:
     return error(type(exc), type(real) if real else None)
 
 
-def run(script: Sequence[Op], chunks: list[bytes], *, idle_reads: bool = False, **core_kw: Any) -> list[Outcome]:
-    """Run ``script`` against a stream delivered as ``chunks``; on an error,
-    close as a stream would (eof_received, then connection_lost) and stop."""
+def run(
+    script: Sequence[Op], chunks: list[bytes], *, idle_reads: bool = False, loop_len: int = 1, **core_kw: Any
+) -> list[Outcome]:
+    """Run ``script`` against a stream delivered as ``chunks`` (``loop_len``
+    receives per engine loop); on an error, close as a stream would
+    (eof_received, then connection_lost) and stop."""
     core = ReadCore(**core_kw)
-    engine = Engine(core, chunks, idle_reads)
+    engine = Engine(core, chunks, idle_reads, loop_len=loop_len)
     outcomes: list[Outcome] = []
     for op in script:
         if idle_reads and engine.chunks and not core.eof:
@@ -443,15 +455,49 @@ def test_readcore_every_2_split(name: str, idle_reads: bool) -> None:
         check_outcomes(script, data, outcomes)
 
 
+@pytest.mark.parametrize("loop_len", [1, 3], ids=["one-receive-per-loop", "three-per-loop"])
 @pytest.mark.parametrize("idle_reads", [False, True], ids=["no-idle-reads", "idle-reads"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_readcore_one_byte_and_random_splits(name: str, idle_reads: bool) -> None:
+def test_readcore_one_byte_and_random_splits(name: str, idle_reads: bool, loop_len: int) -> None:
     script, data = SCENARIOS[name]
-    check_outcomes(
-        script, data, run(script, [data[i : i + 1] for i in range(len(data))], idle_reads=idle_reads, **SMALL)
-    )
+    kw = dict(idle_reads=idle_reads, loop_len=loop_len, **SMALL)
+    check_outcomes(script, data, run(script, [data[i : i + 1] for i in range(len(data))], **kw))
     for chunks in random_splits(data, seed=sorted(SCENARIOS).index(name), count=300):
-        check_outcomes(script, data, run(script, chunks, idle_reads=idle_reads, **SMALL))
+        check_outcomes(script, data, run(script, chunks, **kw))
+
+
+class CountingPattern:
+    """A compiled pattern that counts its searches (the core only calls
+    ``search``)."""
+
+    def __init__(self, pattern: bytes) -> None:
+        self._regex = re.compile(pattern)
+        self.searches = 0
+        self.pattern = pattern
+
+    def search(self, data: Any) -> Any:
+        self.searches += 1
+        return self._regex.search(data)
+
+
+def test_readcore_regex_searches_once_per_doubling_within_a_receive_loop() -> None:
+    """64 pieces of 1 KiB in one receive loop (``more=True``) before the
+    match: the regex searches only when the bytes read ahead have doubled
+    since the last search (log2(64) + 1 of them), and ``search()`` at the
+    loop's end runs the one put off; one receive per loop searches every
+    time, as it must."""
+    body = b"x" * 64 * 1024 + b"\r\n\r\nrest"
+    pieces = [body[i : i + 1024] for i in range(0, len(body), 1024)]
+    for loop_len, most in ((len(pieces), 9), (1, len(pieces))):
+        core = ReadCore(read_chunk_size=256 * 1024)
+        pattern = CountingPattern(rb"\r?\n\r?\n")
+        engine = Engine(core, list(pieces), loop_len=loop_len)
+        result = core.read_until_regex(pattern)  # type: ignore[arg-type]
+        while result is PENDING:
+            result = engine.receive(Regex(pattern.pattern))
+        assert result == body[: -len(b"rest")]
+        assert pattern.searches <= most, (loop_len, pattern.searches)
+    assert core.read_bytes(4) == b"rest"
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

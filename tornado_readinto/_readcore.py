@@ -314,8 +314,11 @@ class ReadCore:
         """Start a read up to the end of the first match of ``regex``; return
         those bytes if they are read ahead already, else `PENDING`.
 
-        A regular expression cannot resume a search: each new receive
-        searches all the bytes read ahead again.
+        A regular expression cannot resume a search: a search covers all the
+        bytes read ahead.  Within one receive loop of the engine
+        (``buffer_updated(n, more=True)``) it runs only once those bytes have
+        doubled since the last search, and `search` runs the one put off
+        when the loop ends: O(log n) searches per loop, as Tornado does.
 
         :arg regex: a compiled ``bytes`` pattern.
         :raises UnsatisfiableReadError: more than ``max_bytes`` bytes come
@@ -328,6 +331,7 @@ class ReadCore:
         self._mode = _REGEX
         self._regex = regex
         self._max_bytes = max_bytes
+        self._scanned = 0  # bytes read ahead at the last search that failed
         if self.buffered_nbytes:
             return self._find_regex()
         return PENDING
@@ -443,10 +447,15 @@ class ReadCore:
         self._direct = False
         return view
 
-    def buffer_updated(self, nbytes: int) -> Any:
+    def buffer_updated(self, nbytes: int, more: bool = False) -> Any:
         """Record that ``nbytes`` bytes were received into the view from the
         last `get_buffer`; return the pending read's result if they complete
         it, else `PENDING`.
+
+        ``more=True`` says that the engine receives again at once (its
+        receive loop goes on): a ``read_until_regex`` search may then wait
+        until the bytes read ahead have doubled, and the engine must call
+        `search` when the loop ends.
 
         Cost: for a direct receive O(1); else what completing the read costs
         (one copy of its bytes out of the read-ahead buffer, a resumed
@@ -510,9 +519,22 @@ class ReadCore:
         if mode == _UNTIL:
             return self._find_delimiter()
         if mode == _REGEX:
+            if more and self.buffered_nbytes < 2 * self._scanned:
+                return PENDING  # searched when doubled, or by search()
             return self._find_regex()
         assert self._reader is not None
         return self._feed_reader(self._reader)
+
+    def search(self) -> Any:
+        """The engine's receive loop ended: run the ``read_until_regex``
+        search that ``buffer_updated(n, more=True)`` put off, if any; return
+        the pending read's result or `PENDING`.  O(1) otherwise.
+
+        :raises UnsatisfiableReadError: as `buffer_updated`.
+        """
+        if self._mode == _REGEX and self._scanned < self.buffered_nbytes:
+            return self._find_regex()
+        return PENDING
 
     def eof_received(self, clean: bool = True) -> Any:
         """No more bytes will come (the peer closed, or the stream is
@@ -661,6 +683,7 @@ class ReadCore:
             end = match.end()
             self._check_max_bytes(regex, end)
             return self._finish_consume(end)
+        self._scanned = size
         self._check_max_bytes(regex, size)
         return PENDING
 

@@ -640,7 +640,7 @@ class ReadIntoIOStream(IOStream):
             if not received:
                 break  # EAGAIN, or closed (EOF, reset: close() ended the read)
             try:
-                result = core.buffer_updated(received)
+                result = core.buffer_updated(received, more=True)
             except StreamBufferFullError as e:
                 gen_log.error("Reached maximum read buffer size")
                 self.close(exc_info=e)
@@ -654,7 +654,9 @@ class ReadIntoIOStream(IOStream):
                 return result
             if not self._readable_hint:
                 break
-        return PENDING
+        if self._closed:
+            return PENDING
+        return core.search()  # a regex search put off by more=True
 
     def _recv_into(self, view: memoryview) -> int | None:
         """One ``recv_into(view)``; the single place where reads meet the
