@@ -89,10 +89,9 @@ METRICS = (
 DEFAULT_CLIENTS = (64,)
 #: ``--clients`` default with ``--gil-thread``.
 GIL_THREAD_CLIENTS = (8, 64)
-#: ``--gil-thread`` values -> the conditions run (False: without the thread).
-GIL_THREAD_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
-#: ``--tls`` values -> the conditions run (False: plain TCP).
-TLS_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
+#: ``--gil-thread`` and ``--tls`` values -> the conditions run (False:
+#: without the thread / over plain TCP).
+CONDITION_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 FULL_CLIENTS = (1, 16, 64, 256)
 DEFAULT_MSIZE = "1KiB"
 
@@ -221,22 +220,16 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         )
         p.add_argument("--duration", type=h.positive, default=2.0, help="seconds per repeat (default: 2)")
         p.add_argument("--warmup", type=h.non_negative, default=0.5, help="seconds of warm-up per case (default: 0.5)")
-        p.add_argument(
+        _add_condition(
+            p,
             "--gil-thread",
-            nargs="?",
-            const="on",
-            default="off",
-            choices=tuple(GIL_THREAD_MODES),
-            help="run a thread that holds the GIL (pure-Python busy loop) beside every server's event loop: "
+            "run a thread that holds the GIL (pure-Python busy loop) beside every server's event loop: "
             "on (the flag alone), off (default) or both (each case without, then with)",
         )
-        p.add_argument(
+        _add_condition(
+            p,
             "--tls",
-            nargs="?",
-            const="on",
-            default="off",
-            choices=tuple(TLS_MODES),
-            help="run every server and the load client over TLS (a throwaway CA and certificate, needs trustme): "
+            "run every server and the load client over TLS (a throwaway CA and certificate, needs trustme): "
             "on (the flag alone), off (default) or both (each case over plain TCP, then over TLS)",
         )
         p.add_argument("--client-loop", type=loop, help="the load client's event loop (default: uvloop if installed)")
@@ -260,8 +253,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             for msize in args.msize
             for rate in args.rate
             for clients in args.clients
-            for gil_thread in GIL_THREAD_MODES[args.gil_thread]
-            for tls in TLS_MODES[args.tls]
+            for gil_thread in CONDITION_MODES[args.gil_thread]
+            for tls in CONDITION_MODES[args.tls]
             for loop in args.loop
             for server in args.server
         ]
@@ -413,6 +406,11 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 ax.legend(title="loop", fontsize="small")
             if not groups:
                 plots.no_results(axes[0][0])
+
+
+def _add_condition(p: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An off/on/both condition flag (`CONDITION_MODES`); the flag alone means on."""
+    p.add_argument(flag, nargs="?", const="on", default="off", choices=tuple(CONDITION_MODES), help=help)
 
 
 @contextlib.contextmanager

@@ -1,9 +1,11 @@
 import array
 import asyncio
+import contextlib
 import fcntl
 import logging
 import ssl
 import termios
+import threading
 
 import pytest
 
@@ -159,3 +161,22 @@ def _gil_uncontended():
     _gilheld.held_until = 0.0
     yield
     _gilheld.held_until = 0.0
+
+
+@contextlib.contextmanager
+def gil_holding_thread():
+    """A thread running pure Python (it holds the GIL but at the switch
+    interval), as a dask worker's task thread does."""
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

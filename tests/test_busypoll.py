@@ -4,7 +4,6 @@ on uvloop.  These check what happens (spins, hits, ticks, when the spinner stops
 never how fast: the clock they read is explicit."""
 
 import asyncio
-import contextlib
 import socket
 import threading
 
@@ -20,7 +19,7 @@ from tornado_readinto.busypoll import (
 )
 from tornado_readinto.testing import stream_pair
 
-from .conftest import run
+from .conftest import gil_holding_thread, run
 
 B = 1e-3  # the base budget of the policy tests, seconds
 
@@ -147,25 +146,6 @@ def clock(stream_clock, monkeypatch):
     monkeypatch.setattr(busypoll, "perf_counter", stream_clock)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
     return stream_clock
-
-
-@contextlib.contextmanager
-def gil_holding_thread():
-    """A thread running pure Python (it holds the GIL but at the switch
-    interval), as a dask worker's task thread does."""
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            sum(range(1000))
-
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def test_a_parked_read_never_spins_while_another_thread_runs_python(loop_name, monkeypatch):

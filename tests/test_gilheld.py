@@ -24,7 +24,7 @@ from tornado_readinto import iostream as iostream_module
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import Clock, run
+from .conftest import Clock, gil_holding_thread, run
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
@@ -45,24 +45,6 @@ def idle_thread():
     """Another Python thread exists (waiting, holding nothing)."""
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-@contextlib.contextmanager
-def gil_holding_thread():
-    """A thread running pure Python, as a dask worker's task thread does."""
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            sum(range(1000))
-
-    thread = threading.Thread(target=spin, daemon=True)
     thread.start()
     try:
         yield
@@ -96,6 +78,10 @@ class HeldCalls:
 
         monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
         monkeypatch.setattr(_gilheld, "writev", counting_writev)
+
+    def clear(self):
+        self.recvs.clear()
+        self.writes.clear()
 
 
 # -- the calls -------------------------------------------------------------------
@@ -251,8 +237,7 @@ def test_a_stalled_socket_call_switches_the_process_to_held_calls_until_a_probe_
             with idle_thread():
                 await _echo_rounds(server, client, 1)
                 assert _gilheld.held(clock.now)
-                held.recvs.clear()
-                held.writes.clear()
+                held.clear()
                 head, body = bytearray(16), bytearray(len(PAYLOAD))
                 for _ in range(5):
                     await client.write(HEADER + PAYLOAD)
@@ -267,8 +252,7 @@ def test_a_stalled_socket_call_switches_the_process_to_held_calls_until_a_probe_
 
                 clock.step = 0.0
                 clock.now = _gilheld.held_until  # HOLD_S later: the next call probes
-                held.recvs.clear()
-                held.writes.clear()
+                held.clear()
                 await _echo_rounds(server, client, 3)
                 assert not _gilheld.held(clock.now)
                 assert held.recvs == [] and held.writes == []
@@ -355,8 +339,7 @@ def test_wrapped_sockets_and_tls_streams_keep_their_own_methods(loop_name, monke
         server, client = await stream_pair(SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx)
         try:
             assert not server._own_socket_io and not client._own_socket_io
-            held.recvs.clear()
-            held.writes.clear()
+            held.clear()
             await _echo_rounds(server, client, 3)
             assert held.recvs == [] and held.writes == []
         finally:

@@ -35,9 +35,10 @@ import errno
 import os
 import sys
 import sysconfig
-import threading
 from collections.abc import Sequence
 from typing import Any
+
+from .busypoll import other_threads
 
 __all__ = ["AVAILABLE", "COPY_S_PER_BYTE", "ENV_VAR", "HOLD_S", "STALL_S", "held", "note_stall", "recv_into", "writev"]
 
@@ -142,12 +143,21 @@ def note_stall(now: float) -> None:
     exist and another Python thread does (without one, the stall was not a
     wait for the GIL but the machine's: a preempted process)."""
     global held_until
-    if AVAILABLE and threading.active_count() > 1:
+    if AVAILABLE and other_threads():
         held_until = now + HOLD_S
 
 
-def _raise(err: int) -> None:
-    raise OSError(err, os.strerror(err))  # EAGAIN becomes BlockingIOError
+def _call(func: Any, *args: Any) -> int:
+    """``func(*args)`` (a libc call returning -1 and setting errno on
+    failure), retried on EINTR; errors raised as `OSError` with the errno,
+    so EAGAIN becomes `BlockingIOError`."""
+    while True:
+        result: int = func(*args)
+        if result >= 0:
+            return result
+        err = _get_errno()
+        if err != errno.EINTR:
+            raise OSError(err, os.strerror(err))
 
 
 def recv_into(fd: int, view: bytearray | memoryview) -> int:
@@ -160,13 +170,7 @@ def recv_into(fd: int, view: bytearray | memoryview) -> int:
     """
     target = _from_buffer(view)  # exports the buffer until deleted
     try:
-        while True:
-            received = _c_recv(fd, _addressof(target), len(view), 0)
-            if received >= 0:
-                return received  # type: ignore[no-any-return]
-            err = _get_errno()
-            if err != errno.EINTR:
-                _raise(err)
+        return _call(_c_recv, fd, _addressof(target), len(view), 0)
     finally:
         del target
 
@@ -209,13 +213,7 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
                 read_only.append(exported)
                 vec.iov_base = exported.buf
             vec.iov_len = nbytes
-        while True:
-            sent = _c_writev(fd, iov, count)
-            if sent >= 0:
-                return sent  # type: ignore[no-any-return]
-            err = _get_errno()
-            if err != errno.EINTR:
-                _raise(err)
+        return _call(_c_writev, fd, iov, count)
     finally:
         for exported in read_only:
             _release_buffer(_byref(exported))
