@@ -10,7 +10,11 @@
   (``tornado.tcpserver.IOStream``/``SSLIOStream``,
   ``tornado.tcpclient.IOStream``) for recording subclasses, so that a stream
   built by a stock server or client fails the test;
-* counts the `ReadIntoIOStream`\\ s built, per upstream module.
+* counts the `ReadIntoIOStream`\\ s built, per upstream module and engine;
+* runs the test on the engine and event loop it was mirrored for
+  (`mirror_everywhere`: both engines x both loops): the engine through the
+  ``TORNADO_READINTO_ENGINE`` default, the loop through the event loop policy
+  (Tornado makes each test's loop with ``asyncio.new_event_loop()``).
 
 Upstream modules are imported as modules (never their classes into our
 namespace), so pytest does not collect the stock tests a second time.
@@ -19,19 +23,33 @@ Tornado's "abstract base" test classes (skipped upstream) are not mirrored.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
+import os
 import unittest
+import unittest.mock
 
 import tornado.tcpclient
 import tornado.tcpserver
 from tornado.iostream import IOStream, SSLIOStream
 
 import tornado_readinto
-from tornado_readinto import ReadIntoIOStream
+from tornado_readinto import ReadIntoIOStream, _transport
 
 #: upstream module name -> ReadIntoIOStream instances built while its tests ran
 BUILT = collections.Counter()
+#: (upstream module name, engine) -> plain ReadIntoIOStreams built on that engine
+BUILT_ON = collections.Counter()
+
+#: The engines and loops `mirror_everywhere` runs each suite on, with the
+#: suffix of the mirrored class names.
+EVERYWHERE = (
+    ("selector", "asyncio", ""),
+    ("transport", "asyncio", "_transport"),
+    ("selector", "uvloop", "_uvloop"),
+    ("transport", "uvloop", "_transport_uvloop"),
+)
 
 _STOCK_FACTORY_GLOBALS = (
     (tornado.tcpserver, "IOStream", IOStream),
@@ -46,10 +64,21 @@ class UpstreamGuard:
     upstream_module = None  # set by mirror()
     upstream_patches: dict = {}  # name in the upstream module -> replacement
     use_install = False
+    engine = None  # None: the default engine
+    loop = "asyncio"
 
     def setUp(self):
         self._undo = []
         self._stock_streams = []
+        self._env = unittest.mock.patch.dict(os.environ)
+        self._env.start()
+        if self.engine is not None:
+            os.environ[_transport.ENV_VAR] = self.engine
+        self._policy = asyncio.get_event_loop_policy()
+        if self.loop == "uvloop":
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         module = self.upstream_module
         for name, value in self.upstream_patches.items():
             if not hasattr(module, name):
@@ -66,6 +95,8 @@ class UpstreamGuard:
         def counting_init(stream, *args, **kwargs):
             BUILT[key] += 1
             init(stream, *args, **kwargs)
+            if type(stream)._transport_capable:
+                BUILT_ON[key, stream.engine] += 1
 
         ReadIntoIOStream.__init__ = counting_init
         # Importing dask.distributed (other test modules do) sets the
@@ -77,6 +108,9 @@ class UpstreamGuard:
             tornado_readinto.install()
         try:
             super().setUp()
+            io_loop = getattr(self, "io_loop", None)
+            if io_loop is not None:
+                assert (type(io_loop.asyncio_loop).__module__.split(".")[0] == "uvloop") == (self.loop == "uvloop")
         except BaseException:
             self._restore()
             raise
@@ -92,6 +126,8 @@ class UpstreamGuard:
         return Recording
 
     def _restore(self):
+        self._env.stop()
+        asyncio.set_event_loop_policy(self._policy)
         if self.use_install:
             tornado_readinto.uninstall()
         for obj, name, value in reversed(self._undo):
@@ -117,13 +153,29 @@ def upstream_test_cases(module):
     ]
 
 
-def mirror(module, namespace, *, patches=None, use_install=False, overrides=None):
+def mirror(
+    module,
+    namespace,
+    *,
+    patches=None,
+    use_install=False,
+    overrides=None,
+    engine=None,
+    loop="asyncio",
+    suffix="",
+    only=None,
+):
     """Define in ``namespace`` a guarded subclass of each test case of
     ``module``; ``overrides`` maps an upstream class name to a dict of extra
-    class attributes (e.g. a replaced method).  Returns the new classes."""
+    class attributes (e.g. a replaced method).  The tests run on ``engine``
+    and ``loop``; ``suffix`` ends the new class names.  Returns the new
+    classes.  ``only``: the names of the upstream classes to mirror (default:
+    all)."""
     made = []
     for cls in upstream_test_cases(module):
-        name = cls.__name__
+        if only is not None and cls.__name__ not in only:
+            continue
+        name = cls.__name__ + suffix
         if name in namespace:  # e.g. MaxHeaderSizeTest in two upstream modules
             name = f"{name}_{module.__name__.rsplit('.', 1)[-1]}"
         assert name not in namespace, name
@@ -131,6 +183,8 @@ def mirror(module, namespace, *, patches=None, use_install=False, overrides=None
             upstream_module=module,
             upstream_patches=dict(patches or {}),
             use_install=use_install,
+            engine=engine,
+            loop=loop,
             __module__=namespace["__name__"],
             __qualname__=name,
         )
@@ -139,3 +193,19 @@ def mirror(module, namespace, *, patches=None, use_install=False, overrides=None
         namespace[name] = new
         made.append(new)
     return made
+
+
+def mirror_everywhere(module, namespace, **kwargs):
+    """`mirror` ``module`` once per engine and event loop (`EVERYWHERE`).
+    Returns the new classes."""
+    made = []
+    for engine, loop, suffix in EVERYWHERE:
+        made += mirror(module, namespace, engine=engine, loop=loop, suffix=suffix, **kwargs)
+    return made
+
+
+def check_built(module):
+    """Assert that ``module``'s mirrored tests built our streams, on each engine."""
+    assert BUILT[module.__name__] > 0, module.__name__
+    for engine in _transport.ENGINES:
+        assert BUILT_ON[module.__name__, engine] > 0, (module.__name__, engine)

@@ -109,6 +109,17 @@ def loop_name(request):
     return request.param
 
 
+@pytest.fixture(params=["selector", "transport"])
+def engine(request, monkeypatch):
+    """Every test that takes it runs with each engine as the default for the
+    plain streams it builds (``TORNADO_READINTO_ENGINE``); TLS streams run on
+    the selector engine either way."""
+    from tornado_readinto import _transport
+
+    monkeypatch.setenv(_transport.ENV_VAR, request.param)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def tls_contexts():
     """(server_ctx, client_ctx) from a throwaway CA made by trustme, valid for

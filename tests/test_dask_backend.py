@@ -28,6 +28,7 @@ from distributed.security import Security
 
 import tornado_readinto.dask_backend as dask_backend
 from tornado_readinto import ReadIntoIOStream
+from tornado_readinto._transport import ENV_VAR as ENGINE_ENV_VAR
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S
 from tornado_readinto.dask_backend import (
     ReadIntoComm,
@@ -122,11 +123,13 @@ async def check_client_server(scheme, listen_args, connect_args):
         # as distributed's TCP comm: the stream while open, None once closed
         assert isinstance(comm.stream, ReadIntoIOStream)
         assert comm.stream.socket.getsockname() == server.stream.socket.getpeername()
+        expected_engine = "selector" if scheme == "readinto-tls" else os.environ.get(ENGINE_ENV_VAR, "selector")
+        assert comm.stream.engine == server.stream.engine == expected_engine
         await comm.close()
         assert comm.closed() and comm.stream is None
 
 
-def test_dask_client_server(scheme_args, loop_name):
+def test_dask_client_server(scheme_args, loop_name, engine):
     run(check_client_server(*scheme_args), loop=loop_name)
 
 
@@ -145,7 +148,7 @@ async def check_comm_closed_implicit(scheme, listen_args, connect_args):
             await comm.read()
 
 
-def test_dask_comm_closed_implicit(scheme_args):
+def test_dask_comm_closed_implicit(scheme_args, engine):
     run(check_comm_closed_implicit(*scheme_args))
 
 
@@ -179,7 +182,7 @@ async def check_comm_closed_explicit(scheme, listen_args, connect_args):
         assert isinstance(await asyncio.wait_for(server_error, 5), CommClosedError)
 
 
-def test_dask_comm_closed_explicit(scheme_args):
+def test_dask_comm_closed_explicit(scheme_args, engine):
     run(check_comm_closed_explicit(*scheme_args))
 
 
@@ -217,7 +220,7 @@ async def check_deserialize(scheme, listen_args, connect_args):
         await comm.close()
 
 
-def test_dask_deserialize_round_trips(scheme_args):
+def test_dask_deserialize_round_trips(scheme_args, engine):
     run(check_deserialize(*scheme_args))
 
 
@@ -279,7 +282,7 @@ async def check_close_flushes_and_abort_breaks(scheme, listen_args, connect_args
         assert "peer closed connection after" in str(results[0])
 
 
-def test_dask_close_flushes_abort_breaks(scheme_args, loop_name):
+def test_dask_close_flushes_abort_breaks(scheme_args, loop_name, engine):
     run(check_close_flushes_and_abort_breaks(*scheme_args), loop=loop_name)
 
 
@@ -297,7 +300,7 @@ async def check_read_cancellation_aborts():
         assert isinstance(await asyncio.wait_for(server_error, 5), CommClosedError)
 
 
-def test_dask_read_cancellation_aborts(loop_name):
+def test_dask_read_cancellation_aborts(loop_name, engine):
     run(check_read_cancellation_aborts(), loop=loop_name)
 
 
@@ -317,7 +320,7 @@ async def check_garbled_message_after_handshake():
         writer.close()
 
 
-def test_dask_garbled_message_after_handshake():
+def test_dask_garbled_message_after_handshake(engine):
     run(check_garbled_message_after_handshake())
 
 

@@ -73,7 +73,7 @@ def _slow_environment(test):
 
 
 for _module, _patches in _UPSTREAM.items():
-    for _cls in _upstream.mirror(_module, globals(), patches=_patches, use_install=True):
+    for _cls in _upstream.mirror_everywhere(_module, globals(), patches=_patches, use_install=True):
         if "test_request_timeout" in dir(_cls):
             _cls.test_request_timeout = _slow_environment(_cls.test_request_timeout)
 del _module, _patches, _cls
@@ -83,7 +83,7 @@ del _module, _patches, _cls
 def _upstream_suites_built_our_streams():
     yield
     for module in _UPSTREAM:
-        assert _upstream.BUILT[module.__name__] > 0, module.__name__
+        _upstream.check_built(module)
 
 
 @pytest.fixture

@@ -44,13 +44,13 @@ def _run_subproc_with_ours(self, code):
     return upstream_server.TestMultiprocess.run_subproc(self, code)
 
 
-_upstream.mirror(
+_upstream.mirror_everywhere(
     upstream_server,
     globals(),
     patches={"TCPServer": ReadIntoTCPServer},
     overrides={"TestMultiprocess": {"run_subproc": _run_subproc_with_ours}},
 )
-_upstream.mirror(
+_upstream.mirror_everywhere(
     upstream_client,
     globals(),
     patches={
@@ -65,7 +65,7 @@ _upstream.mirror(
 def _upstream_suites_built_our_streams():
     yield
     for module in (upstream_server, upstream_client):
-        assert _upstream.BUILT[module.__name__] > 0, module.__name__
+        _upstream.check_built(module)
 
 
 # -- our own checks --------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Tornado's own iostream test suite, run unchanged against our classes.
+"""Tornado's own iostream test suite, run unchanged against our classes, on
+both engines (plain streams; TLS streams run on the selector engine) and both
+event loops.
 
 The upstream module is imported (not its classes) so that pytest does not
 collect the upstream tests a second time under their own names.
@@ -13,6 +15,8 @@ from tornado.test import iostream_test as upstream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
 
+from . import _upstream
+
 _TORNADO_TEST_DIR = os.path.dirname(upstream.__file__)
 
 
@@ -24,11 +28,21 @@ def _server_ssl_options():
 
 
 class TestReadIntoIOStream(upstream.TestIOStreamMixin):
+    engine = "selector"
+
     def _make_server_iostream(self, connection, **kwargs):
-        return ReadIntoIOStream(connection, **kwargs)
+        return self._checked(ReadIntoIOStream(connection, engine=self.engine, **kwargs))
 
     def _make_client_iostream(self, connection, **kwargs):
-        return ReadIntoIOStream(connection, **kwargs)
+        return self._checked(ReadIntoIOStream(connection, engine=self.engine, **kwargs))
+
+    def _checked(self, stream):
+        assert stream.engine == self.engine
+        return stream
+
+
+class TestReadIntoIOStreamTransport(TestReadIntoIOStream):
+    engine = "transport"
 
 
 class TestSSLReadIntoIOStream(upstream.TestIOStreamMixin):
@@ -56,13 +70,19 @@ class TestSSLReadIntoIOStreamContext(upstream.TestIOStreamMixin):
 
 
 class TestReadIntoIOStreamWebHTTP(upstream.AsyncHTTPTestCase, upstream.TestIOStreamWebMixin):
+    engine = "selector"
+
     def _make_client_iostream(self):
         import socket
 
-        return ReadIntoIOStream(socket.socket())
+        return ReadIntoIOStream(socket.socket(), engine=self.engine)
 
     def get_app(self):
         return self.mixin_get_app()
+
+
+class TestReadIntoIOStreamWebHTTPTransport(TestReadIntoIOStreamWebHTTP):
+    engine = "transport"
 
 
 class TestSSLReadIntoIOStreamWebHTTPS(upstream.AsyncHTTPSTestCase, upstream.TestIOStreamWebMixin):
@@ -103,6 +123,10 @@ class TestReadIntoIOStreamUvloop(_OnUvloop, TestReadIntoIOStream):
     pass
 
 
+class TestReadIntoIOStreamTransportUvloop(_OnUvloop, TestReadIntoIOStreamTransport):
+    pass
+
+
 class TestSSLReadIntoIOStreamUvloop(_OnUvloop, TestSSLReadIntoIOStream):
     pass
 
@@ -115,5 +139,14 @@ class TestReadIntoIOStreamWebHTTPUvloop(_OnUvloop, TestReadIntoIOStreamWebHTTP):
     pass
 
 
+class TestReadIntoIOStreamWebHTTPTransportUvloop(_OnUvloop, TestReadIntoIOStreamWebHTTPTransport):
+    pass
+
+
 class TestSSLReadIntoIOStreamWebHTTPSUvloop(_OnUvloop, TestSSLReadIntoIOStreamWebHTTPS):
     pass
+
+
+# -- start_tls: Tornado's suite, its IOStream being ours, everywhere -------------------
+
+_upstream.mirror_everywhere(upstream, globals(), patches={"IOStream": ReadIntoIOStream}, only=("TestIOStreamStartTLS",))

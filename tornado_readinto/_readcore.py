@@ -92,6 +92,16 @@ _MESSAGE: Final = 6
 _NO_ROOM: Final = memoryview(bytearray())
 
 
+def _release(view: memoryview) -> None:
+    """Release a view handed out by `ReadCore.get_buffer`, unless the engine
+    still holds an export of it (uvloop releases its export only after
+    ``buffer_updated`` returns): the view then goes with its last reference."""
+    try:
+        view.release()
+    except BufferError:
+        pass
+
+
 class ReadCore:
     """The read side of one stream: its read-ahead buffer and its one pending
     read, with no socket and no event loop.
@@ -400,7 +410,7 @@ class ReadCore:
         lent = self._lent
         if lent is not None:
             self._lent = None
-            lent.release()
+            _release(lent)
         mode = self._mode
         if mode == _INTO:
             target = self._target
@@ -473,7 +483,10 @@ class ReadCore:
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
         self._lent = None
-        lent.release()
+        try:
+            lent.release()
+        except BufferError:
+            pass  # still exported by the engine (see _release)
         mode = self._mode
         if self._direct:
             if mode == _INTO:
@@ -552,7 +565,7 @@ class ReadCore:
         lent = self._lent
         if lent is not None:
             self._lent = None
-            lent.release()
+            _release(lent)
         mode = self._mode
         if mode == _CLOSE:
             if not clean:
@@ -626,7 +639,7 @@ class ReadCore:
         lent = self._lent
         if lent is not None:
             self._lent = None
-            lent.release()
+            _release(lent)
         target = self._target
         if target is not None:
             self._target = None
@@ -759,7 +772,7 @@ class ReadCore:
         lent = self._lent
         if lent is not None:
             self._lent = None
-            lent.release()
+            _release(lent)
         if self._ra_view is not None:
             self._ra_view.release()
         self._ra = self._ra_view = None

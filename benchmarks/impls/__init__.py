@@ -56,9 +56,17 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("stock-read_into-reuse", _T + "StockReadIntoReuse", "stock IOStream, read_into reused buffers"),
         ImplSpec("readinto", _T + "ReadInto", "ReadIntoIOStream, read_into reused buffers; writelines"),
         ImplSpec("readinto-nospin", _T + "ReadIntoNoSpin", "readinto with busy_poll_s=0 (park at once, as stock)"),
+        ImplSpec("readinto-selector", _T + "ReadIntoSelector", "readinto on the selector engine"),
+        ImplSpec("readinto-transport", _T + "ReadIntoTransport", "readinto on the transport engine"),
         ImplSpec("framed-bytearray", _T + "FramedBytearray", "FramedStream, bytearray_allocator", requires=_FRAMED),
         ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
         ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
+        ImplSpec(
+            "framed-pool-selector", _T + "FramedPoolSelector", "framed-pool on the selector engine", requires=_FRAMED
+        ),
+        ImplSpec(
+            "framed-pool-transport", _T + "FramedPoolTransport", "framed-pool on the transport engine", requires=_FRAMED
+        ),
         ImplSpec("framed-pool-nospin", _T + "FramedPoolNoSpin", "framed-pool with busy_poll_s=0", requires=_FRAMED),
         ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly(16) + readexactly(n); drain"),
         ImplSpec(
