@@ -392,3 +392,62 @@ def test_start_tls_after_traffic_on_the_transport(loop_name, tls_contexts):
         client_tls.close()
 
     run(main(), loop=loop_name)
+
+
+# -- failures inside the loop's receive ---------------------------------------------------
+
+
+def test_an_allocator_failing_inside_the_loops_receive_closes_the_stream_with_its_error(loop_name):
+    from tornado_readinto import FramedStream
+    from tornado_readinto.framing import pack_header
+
+    async def main():
+        a, b = socket.socketpair()
+        stream = ReadIntoIOStream(a, engine="transport")
+        calls = []
+
+        def allocator(nbytes):
+            calls.append(nbytes)
+            raise MemoryError(f"no room for {nbytes} bytes")
+
+        framed = FramedStream(stream, allocator=allocator)
+        future = asyncio.ensure_future(framed.read_frames())
+        await until(lambda: stream._transport is not None)
+        b.send(pack_header([100_000]))  # the header alone: no frame view asked yet
+        await until(lambda: stream.nbytes_received > 0)
+        assert not calls
+        b.send(b"x" * 1000)  # the loop asks for the frame's buffer: the allocator fails there
+        with pytest.raises(iostream_module.StreamClosedError) as caught:
+            await future
+        assert calls == [100_000]
+        assert isinstance(caught.value.real_error, MemoryError) and stream.closed()
+        b.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_a_transport_made_while_the_read_ahead_is_full_keeps_every_byte(loop_name):
+    # The pause asked in connection_made does not hold on uvloop (or Python
+    # < 3.11): the loop receives once more, into room past read_chunk_size.
+    async def main():
+        a, b = socket.socketpair()
+        stream = ReadIntoIOStream(a, engine="transport", read_chunk_size=16)
+        b.send(b"line\r\n" + b"p" * 10)
+        assert await stream.read_until(b"\r\n") == b"line\r\n"  # inline: no transport yet
+        stream.read_chunk_size = 8  # what is read ahead is now all a stream may hold while idle
+        assert stream._core.buffered_nbytes == 10 and stream._transport is None
+        data = os.urandom(8 * 1024 * 1024)
+        write = stream.write(data)  # more than the kernel takes: the transport is made
+        await until(lambda: stream._transport is not None)
+        b.send(b"q" * 100)
+        peer = ReadIntoIOStream(b)
+        got = bytearray(len(data))
+        assert await peer.read_into(got) == len(data)
+        await write
+        assert got == data
+        assert await stream.read_bytes(110) == b"p" * 10 + b"q" * 100
+        assert not stream.closed()
+        stream.close()
+        peer.close()
+
+    run(main(), loop=loop_name)

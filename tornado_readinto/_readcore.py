@@ -457,6 +457,26 @@ class ReadCore:
         self._direct = False
         return view
 
+    def get_overflow_buffer(self) -> memoryview:
+        """Where received bytes go when `get_buffer` had no room (no read
+        pending, ``read_chunk_size`` bytes read ahead): the free tail of the
+        read-ahead buffer, made to hold at least half a ``read_chunk_size``
+        more.  For an engine whose loop may receive once more before its
+        pause takes effect (a loop's transport starts reading right after
+        ``connection_made``); the bytes still count against
+        ``max_buffer_size``.  Valid until the next call on the core.
+        """
+        lent = self._lent
+        if lent is not None:
+            self._lent = None
+            _release(lent)
+        self._reserve(max(1, self.read_chunk_size // 2))
+        assert self._ra_view is not None
+        view = self._ra_view[self._start + self.buffered_nbytes :]
+        self._lent = view
+        self._direct = False
+        return view
+
     def buffer_updated(self, nbytes: int, more: bool = False) -> Any:
         """Record that ``nbytes`` bytes were received into the view from the
         last `get_buffer`; return the pending read's result if they complete

@@ -80,7 +80,10 @@ def choose_engine(engine: str | None, sock: socket.socket) -> str:
     elif engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)} or 'auto', got {engine!r}")
     if engine == "transport" and (
-        not isinstance(sock, socket.socket) or sock.family not in _FAMILIES or sock.type != socket.SOCK_STREAM
+        not isinstance(sock, socket.socket)
+        or sock.family not in _FAMILIES
+        or sock.type != socket.SOCK_STREAM
+        or not hasattr(sock, "sendmsg")
     ):
         return "selector"  # a wrapper's methods would not be called; a family no transport takes
     return engine
@@ -94,7 +97,7 @@ class StreamProtocol(asyncio.BufferedProtocol):
     ``buffer_updated``), no copy for a direct ``read_into``.
     """
 
-    __slots__ = ("_stream", "_core", "started")
+    __slots__ = ("_stream", "_core", "started", "sock", "_failed")
 
     def __init__(self, stream: ReadIntoIOStream) -> None:
         self._stream: ReadIntoIOStream | None = stream
@@ -102,6 +105,11 @@ class StreamProtocol(asyncio.BufferedProtocol):
         #: True once `attach` began to make the transport: from then on the
         #: transport machinery owns the socket and closes it.
         self.started = False
+        #: The socket the transport is made from.
+        self.sock = stream.socket
+        # What a read core's get_buffer raised: the stream closes with it
+        # once the loop is out of its receive (see get_buffer).
+        self._failed: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = self._stream
@@ -112,23 +120,37 @@ class StreamProtocol(asyncio.BufferedProtocol):
         stream._transport_made(cast(asyncio.Transport, transport))
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        # Never close the stream in here: aborting the transport stops its
+        # reading in the middle of a receive, which libuv does not survive.
         stream = self._stream
-        if stream is None or stream._closed:
+        if stream is None or stream._closed or self._failed is not None:
             return _SCRATCH
+        core = self._core
         try:
-            view = self._core.get_buffer()
-        except Exception as e:  # a reader's get_buffer failed
-            stream.close(exc_info=e)
-            return _SCRATCH
-        if not len(view):  # pragma: no cover - reading is paused before this can happen
-            stream.close(exc_info=RuntimeError("the read core had no room for received bytes"))
+            view = core.get_buffer()
+            if not len(view):
+                # Idle with a full read-ahead before the pause took effect
+                # (a pause asked in connection_made): one more receive.
+                view = core.get_overflow_buffer()
+        except Exception as e:  # a reader's get_buffer failed, or no memory
+            self._failed = e
+            stream._loop.call_soon(self._close_failed)  # if the receive ends in EAGAIN
             return _SCRATCH
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
         stream = self._stream
+        if stream is None or stream._closed:
+            return
+        if self._failed is not None:
+            self._close_failed()  # the bytes went to the scratch buffer
+            return
+        stream._transport_received(nbytes)
+
+    def _close_failed(self) -> None:
+        stream = self._stream
         if stream is not None and not stream._closed:
-            stream._transport_received(nbytes)
+            stream.close(exc_info=self._failed)
 
     def eof_received(self) -> bool:
         stream = self._stream

@@ -781,6 +781,8 @@ class ReadIntoIOStream(IOStream):
         return sent  # type: ignore[no-any-return]
 
     def _signal_closed(self) -> None:
+        self._write_paused = False
+        self._transport_held = 0
         future = self._read_future
         # The core says what the pending read fails with (IncompleteReadError
         # with counts, the reader's own error, or StreamClosedError), and gives
@@ -929,8 +931,8 @@ class ReadIntoIOStream(IOStream):
         if not self._connecting:
             if not blocked:
                 self._handle_write()
-            elif self._use_transport:
-                self._write_piece_to_transport()
+            elif self._use_transport and self._write_piece_to_transport():
+                self._handle_write()  # it went out at once: send on
             if self._write_buffer:
                 self._add_io_state(_WRITE)
             self._maybe_add_error_listener()
@@ -1017,31 +1019,34 @@ class ReadIntoIOStream(IOStream):
             return
         write_buffer = self._write_buffer
         sendmsg = self._sendmsg
-        while write_buffer:
-            views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
-            try:
-                offered = 0
-                for view in views:
-                    offered += len(view)
-                sent = sendmsg(views)
-            except BlockingIOError:
+        while True:
+            while write_buffer:
+                views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
+                try:
+                    offered = 0
+                    for view in views:
+                        offered += len(view)
+                    sent = sendmsg(views)
+                except BlockingIOError:
+                    break
+                except OSError as e:
+                    if not self._is_connreset(e):
+                        gen_log.warning("Write error on %s: %s", self.fileno(), e)
+                    self.close(exc_info=e)
+                    return
+                finally:
+                    for view in views:
+                        view.release()
+                if not sent:
+                    break
+                write_buffer.advance(sent)
+                self._total_write_done_index += sent
+                if sent < offered:
+                    break  # the socket buffer is full: wait for WRITE
+            # The transport engine: the kernel is full, so a piece goes to the
+            # transport; if it went out at once after all, send on.
+            if not (write_buffer and self._use_transport) or self._closed or not self._write_piece_to_transport():
                 break
-            except OSError as e:
-                if not self._is_connreset(e):
-                    gen_log.warning("Write error on %s: %s", self.fileno(), e)
-                self.close(exc_info=e)
-                return
-            finally:
-                for view in views:
-                    view.release()
-            if not sent:
-                break
-            write_buffer.advance(sent)
-            self._total_write_done_index += sent
-            if sent < offered:
-                break  # the socket buffer is full: wait for WRITE
-        if write_buffer and self._use_transport and not self._closed:
-            self._write_piece_to_transport()
         done_index = self._total_write_done_index
         futures = self._write_futures
         while futures and futures[0][0] <= done_index:
@@ -1133,10 +1138,18 @@ class ReadIntoIOStream(IOStream):
 
     def _attach_done(self, task: asyncio.Task[None]) -> None:
         self._attach_task = None
-        if task.cancelled():
+        if task.cancelled():  # by close_fd, or by a loop shutting down
+            if not self._closed:
+                self.close()
             return
         error = task.exception()
-        if error is not None and not self._closed:
+        if error is None:
+            return
+        if self._transport is None and self._protocol is not None:
+            # No transport owns the socket (a failed transport has already
+            # closed or detached it, which makes this a no-op).
+            self._protocol.sock.close()
+        if not self._closed:
             self.close(exc_info=error)
 
     def _fall_back_to_selector(self) -> None:
@@ -1228,31 +1241,43 @@ class ReadIntoIOStream(IOStream):
             self._reading_paused = False
             transport.resume_reading()
 
-    def _write_piece_to_transport(self) -> None:
+    def _write_piece_to_transport(self) -> bool:
         """The kernel took only part of what is queued: hand the transport a
         copy of the next `TRANSPORT_PIECE_NBYTES` (it sends them once the
         socket is writable, then calls ``resume_writing``).  The caller's
         buffers stay in the stream's own queue, so a close releases them at
-        once, and the rest is sent from there with ``sendmsg``, zero-copy."""
+        once, and the rest is sent from there with ``sendmsg``, zero-copy.
+
+        Returns True if the transport sent the piece at once (counted as
+        sent: the caller sends on), else False (held: ``resume_writing``
+        counts it; or nothing to hand over, or the transport is closing).
+        """
         transport = self._transport
         if transport is None:
             if self._protocol is None and not self._closed:
                 self._attach_transport()
-            return  # _transport_made sends what is queued
+            return False  # _transport_made sends what is queued
         write_buffer = self._write_buffer
         if self._write_paused or not write_buffer:
-            return
+            return False
         with write_buffer.peek(TRANSPORT_PIECE_NBYTES) as view:
             piece = bytes(view)
         write_buffer.advance(len(piece))
-        self._transport_held = len(piece)
         try:
             transport.write(piece)
         except Exception as e:  # the transport is closing: so is the stream
             self.close(exc_info=e)
-            return
-        if not self._write_paused:  # it went out at once after all
-            self._transport_drained()
+            return False
+        if self._write_paused:  # pause_writing: the transport holds it
+            self._transport_held = len(piece)
+            return False
+        if transport.is_closing():
+            # Dropped, or its send failed: connection_lost closes the stream
+            # and fails the writes; nothing more is sent meanwhile.
+            self._write_paused = True
+            return False
+        self._total_write_done_index += len(piece)
+        return True
 
     def _transport_drained(self) -> None:
         """``resume_writing``: the piece handed to the transport was sent;
@@ -1303,6 +1328,7 @@ class ReadIntoIOStream(IOStream):
             or self._closed
             or self._core.buffered_nbytes
             or self._write_buffer
+            or self._write_paused
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
         if ssl_options is None:
