@@ -90,6 +90,13 @@ IMPLS: dict[str, ImplSpec] = {
         ),
         ImplSpec("uvloop-readinto", _T + "ReadInto", "ReadIntoIOStream on uvloop", "uvloop", ("uvloop",)),
         ImplSpec(
+            "uvloop-readinto-transport",
+            _T + "ReadIntoTransport",
+            "ReadIntoIOStream on uvloop's transport (engine='transport')",
+            "uvloop",
+            ("uvloop",),
+        ),
+        ImplSpec(
             "uvloop-framed-pool",
             _T + "FramedPool",
             "FramedStream + BufferPool on uvloop",
