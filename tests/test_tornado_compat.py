@@ -8,6 +8,7 @@ import sys
 from tornado.iostream import IOStream, SSLIOStream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat
+from tornado_readinto._transport import TransportEngine
 from tornado_readinto.writebuffer import ChunkedWriteBuffer
 
 from .conftest import run
@@ -44,7 +45,12 @@ def test_compat_every_override_of_a_tornado_stream_method_is_listed():
     `PRIVATE_STREAM_HOOKS` (or the SSL list); public methods are the
     documented API, whose behaviour the upstream suites check."""
     listed = set(_tornado_compat.PRIVATE_STREAM_HOOKS) | set(_tornado_compat.PRIVATE_SSL_STREAM_HOOKS)
-    for ours, theirs in ((ReadIntoIOStream, IOStream), (SSLReadIntoIOStream, SSLIOStream)):
+    ours_and_theirs = (
+        (ReadIntoIOStream, IOStream),
+        (TransportEngine, IOStream),  # the transport engine's half of ReadIntoIOStream
+        (SSLReadIntoIOStream, SSLIOStream),
+    )
+    for ours, theirs in ours_and_theirs:
         for name, value in vars(ours).items():
             if not callable(value) or name.startswith("__") or not hasattr(theirs, name):
                 continue

@@ -267,7 +267,7 @@ def test_a_write_the_kernel_cannot_take_is_sent_from_the_stream_queue_in_order(l
         second = stream.write(small)
         assert not first.done() and stream.writing()
         # what the transport holds is a copied piece; the caller's data stays queued
-        assert 0 < stream._transport_held <= iostream_module.TRANSPORT_PIECE_NBYTES or not stream._write_paused
+        assert 0 < stream._transport_held <= _transport.TRANSPORT_PIECE_NBYTES or not stream._write_paused
         got = bytearray(nbytes + len(small))
         assert await peer.read_into(got) == len(got)
         await first

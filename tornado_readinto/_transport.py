@@ -25,8 +25,13 @@ Strategy:
   high-water mark is 0, so ``pause_writing`` says "bytes are queued" and
   ``resume_writing`` says "all of them were sent": the stream's write
   Futures resolve then, as Tornado's do once their bytes left.
-* The protocol never raises into the loop: an error closes the stream, with
-  the error as its ``error``, as the selector engine does.
+* The protocol never raises into the loop, and never closes the stream
+  while the loop is inside a receive (aborting there stops libuv's reading
+  under its feet): an error closes the stream afterwards, with the error as
+  its ``error``, as the selector engine does.
+* `TransportEngine` is the stream's half of the engine: a mixin of
+  `~tornado_readinto.iostream.ReadIntoIOStream` holding every method that
+  runs only on this engine (and the hooks that branch to it).
 """
 
 from __future__ import annotations
@@ -34,12 +39,38 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from typing import TYPE_CHECKING, Final, cast
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from tornado import ioloop
+from tornado.log import gen_log
+
+from . import _gilheld
+from ._readcore import PENDING, ReadCore
+from ._tornado_compat import IOStream, StreamBufferFullError, UnsatisfiableReadError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .iostream import ReadIntoIOStream
+    from .busypoll import BusyPoll
+    from .writebuffer import ChunkedWriteBuffer
 
-__all__ = ["ENGINES", "ENV_VAR", "StreamProtocol", "attach", "choose_engine"]
+__all__ = [
+    "ENGINES",
+    "ENV_VAR",
+    "TRANSPORT_PIECE_NBYTES",
+    "StreamProtocol",
+    "TransportEngine",
+    "attach",
+    "choose_engine",
+]
+
+#: The most bytes of a write that the kernel did not take at once handed
+#: (copied) to the transport at a time; the rest is sent from the stream's
+#: queue once the transport has sent them.
+TRANSPORT_PIECE_NBYTES: Final = 64 * 1024  # bytes
+
+_READ: Final = ioloop.IOLoop.READ
+_WRITE: Final = ioloop.IOLoop.WRITE
+_ERROR: Final = ioloop.IOLoop.ERROR
 
 #: The engines a plain `ReadIntoIOStream` can run on.
 ENGINES: Final = ("selector", "transport")
@@ -99,8 +130,8 @@ class StreamProtocol(asyncio.BufferedProtocol):
 
     __slots__ = ("_stream", "_core", "started", "sock", "_failed")
 
-    def __init__(self, stream: ReadIntoIOStream) -> None:
-        self._stream: ReadIntoIOStream | None = stream
+    def __init__(self, stream: TransportEngine) -> None:
+        self._stream: TransportEngine | None = stream
         self._core = stream._core
         #: True once `attach` began to make the transport: from then on the
         #: transport machinery owns the socket and closes it.
@@ -187,3 +218,232 @@ async def attach(loop: asyncio.AbstractEventLoop, protocol: StreamProtocol, sock
         return
     protocol.started = True
     await loop.connect_accepted_socket(lambda: protocol, sock)
+
+
+class TransportEngine(IOStream):
+    """The transport engine's half of a `~tornado_readinto.iostream.ReadIntoIOStream`:
+    a mixin (first base of the stream class) with the methods that make the
+    transport, take what it receives and hand it what the kernel could not
+    take, and Tornado's hooks that branch to them (``_add_io_state``,
+    ``close_fd``).  A stream on the selector engine goes straight to
+    Tornado's own hooks.
+    """
+
+    if TYPE_CHECKING:  # what the stream class provides
+        _core: ReadCore
+        _write_buffer: ChunkedWriteBuffer  # type: ignore[assignment]
+        _loop: asyncio.AbstractEventLoop
+        _busy_poll: BusyPoll | None
+        _cork_nbytes: int
+        _use_transport: bool
+        engine: str
+        nbytes_received: int
+        _protocol: StreamProtocol | None
+        _transport: asyncio.Transport | None
+        _attach_task: asyncio.Task[None] | None
+        _write_paused: bool
+        _transport_held: int
+        _reading_paused: bool
+
+        def _complete(self, result: Any) -> None: ...
+        def _uncork(self) -> None: ...
+
+    def _add_io_state(self, state: int) -> None:
+        """Tornado's hook: wait for ``state`` on the selector.  On the transport
+        engine (once connected) the transport reads and writes instead: it is
+        made if need be, and its reading resumed."""
+        if not self._use_transport or self._connecting:
+            super()._add_io_state(state)
+            return
+        if self._closed:
+            return
+        if self._protocol is None:
+            self._attach_transport()
+        elif self._reading_paused and state & _READ:
+            self._resume_reading()
+
+    def _attach_transport(self) -> None:
+        """Start making the loop's transport for this stream's socket (see
+        `attach`); it arrives in
+        `_transport_made` a loop iteration or two later."""
+        # The selector is done with this socket (it may have served connect()).
+        if self._state is not None:
+            self.io_loop.remove_handler(self.fileno())
+        # Never None again: Tornado's _maybe_add_error_listener has nothing to add.
+        self._state = _READ | _ERROR
+        protocol = self._protocol = StreamProtocol(self)
+        loop = self._loop
+        task = self._attach_task = loop.create_task(attach(loop, protocol, self.socket))
+        task.add_done_callback(self._attach_done)
+
+    def _attach_done(self, task: asyncio.Task[None]) -> None:
+        self._attach_task = None
+        if task.cancelled():  # by close_fd, or by a loop shutting down
+            if not self._closed:
+                self.close()
+            return
+        error = task.exception()
+        if error is None:
+            return
+        if self._transport is None and self._protocol is not None:
+            # No transport owns the socket (a failed transport has already
+            # closed or detached it, which makes this a no-op).
+            self._protocol.sock.close()
+        if not self._closed:
+            self.close(exc_info=error)
+
+    def _fall_back_to_selector(self) -> None:
+        """Run on the selector engine after all (the transport was not made):
+        a ``read_from_fd`` set on the instance, which only that engine calls."""
+        self._use_transport = False
+        self.engine = "selector"
+        self._protocol = None
+        self._state = None
+        if self._read_future is not None:
+            self._add_io_state(_READ)
+        if self._write_buffer:
+            self._add_io_state(_WRITE)
+        self._maybe_add_error_listener()
+
+    def _connected_for_transport(self, fd: Any) -> None:
+        """A selector event of a stream on the transport engine: only
+        ``connect()`` waits on the selector; once connected, the transport
+        takes over."""
+        try:
+            if self._connecting:
+                self._handle_connect()
+        except Exception as e:
+            gen_log.error("Uncaught exception, closing connection.", exc_info=True)
+            self.close(exc_info=e)
+            raise
+        if self._closed or self._connecting:
+            return
+        self._attach_transport()
+
+    def _transport_made(self, transport: asyncio.Transport) -> None:
+        """The transport exists (``connection_made``): send what waited."""
+        if self._closed:
+            transport.abort()
+            return
+        self._transport = transport
+        # pause_writing once anything is queued, resume_writing once all left.
+        transport.set_write_buffer_limits(high=0)
+        core = self._core
+        if not core.reading and core.buffered_nbytes >= core.read_chunk_size:
+            self._pause_reading()
+        if self._write_buffer:
+            self._handle_write()
+
+    def _transport_received(self, nbytes: int) -> None:
+        """``buffer_updated``: the transport received ``nbytes`` into the
+        view the core handed out."""
+        self.nbytes_received += nbytes
+        core = self._core
+        poll = self._busy_poll
+        try:
+            result = core.buffer_updated(nbytes)
+        except StreamBufferFullError as e:
+            # Logged as the selector engine (and stock) log it.
+            gen_log.error("Reached maximum read buffer size")
+            gen_log.warning("error on read: %s", e)
+            self.close(exc_info=e)
+            return
+        except UnsatisfiableReadError as e:
+            gen_log.info("Unsatisfiable read, closing connection: %s", e)
+            self.close(exc_info=e)
+            return
+        except Exception as e:  # the reader rejected the bytes (FramingError…)
+            self.close(exc_info=e)
+            return
+        if poll is not None and poll.parked_at:
+            poll.data_came(perf_counter())
+        if result is not PENDING:
+            self._complete(result)
+        elif self._read_future is not None:
+            if self._cork_nbytes:
+                self._uncork()
+            if poll is not None:
+                now = perf_counter()
+                if now >= _gilheld.held_until:
+                    poll.parked(now)
+        if not core.reading and core.buffered_nbytes >= core.read_chunk_size and not self._closed:
+            self._pause_reading()  # no room to hand out until a read starts
+
+    def _pause_reading(self) -> None:
+        transport = self._transport
+        if transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        transport = self._transport
+        if transport is not None and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    def _write_piece_to_transport(self) -> bool:
+        """The kernel took only part of what is queued: hand the transport a
+        copy of the next `TRANSPORT_PIECE_NBYTES` (it sends them once the
+        socket is writable, then calls ``resume_writing``).  The caller's
+        buffers stay in the stream's own queue, so a close releases them at
+        once, and the rest is sent from there with ``sendmsg``, zero-copy.
+
+        Returns True if the transport sent the piece at once (counted as
+        sent: the caller sends on), else False (held: ``resume_writing``
+        counts it; or nothing to hand over, or the transport is closing).
+        """
+        transport = self._transport
+        if transport is None:
+            if self._protocol is None and not self._closed:
+                self._attach_transport()
+            return False  # _transport_made sends what is queued
+        write_buffer = self._write_buffer
+        if self._write_paused or not write_buffer:
+            return False
+        with write_buffer.peek(TRANSPORT_PIECE_NBYTES) as view:
+            piece = bytes(view)
+        write_buffer.advance(len(piece))
+        try:
+            transport.write(piece)
+        except Exception as e:  # the transport is closing: so is the stream
+            self.close(exc_info=e)
+            return False
+        if self._write_paused:  # pause_writing: the transport holds it
+            self._transport_held = len(piece)
+            return False
+        if transport.is_closing():
+            # Dropped, or its send failed: connection_lost closes the stream
+            # and fails the writes; nothing more is sent meanwhile.
+            self._write_paused = True
+            return False
+        self._total_write_done_index += len(piece)
+        return True
+
+    def _transport_drained(self) -> None:
+        """``resume_writing``: the piece handed to the transport was sent;
+        send on from the stream's queue."""
+        self._write_paused = False
+        self._total_write_done_index += self._transport_held
+        self._transport_held = 0
+        if not self._closed:
+            self._handle_write()
+
+    def close_fd(self) -> None:
+        """As stock: close the socket.  On the transport engine the transport
+        owns the socket once it is being made: it is aborted (unsent bytes
+        are dropped, as stock drops them) and closes the socket itself."""
+        protocol = self._protocol
+        if protocol is None:
+            super().close_fd()
+            return
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
+        elif not protocol.started:
+            task = self._attach_task
+            if task is not None:
+                task.cancel()
+            self.socket.close()
+        # else the transport is being made: _transport_made aborts it.
+        self.socket = None  # type: ignore[assignment]
+

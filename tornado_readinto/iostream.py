@@ -93,6 +93,7 @@ from ._tornado_compat import (
     future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
+from ._transport import TransportEngine
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 from .errors import BufferBusyError, ReadIntoError
 from .framing import MessageReader
@@ -132,11 +133,6 @@ _CORK_MAX_BUFFER_NBYTES = 8 * 1024  # bytes
 #: Bytes offered to one ``sendmsg``.  Linux's default TCP send buffer tops out
 #: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
 MAX_SEND_NBYTES = 16 * 1024 * 1024  # bytes
-
-#: On the transport engine, the most bytes of a write that the kernel did not
-#: take at once handed (copied) to the transport at a time; the rest is sent
-#: from the stream's queue once the transport has sent them.
-TRANSPORT_PIECE_NBYTES = 64 * 1024  # bytes
 
 #: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
 _TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
@@ -199,7 +195,7 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
-class ReadIntoIOStream(IOStream):
+class ReadIntoIOStream(TransportEngine, IOStream):
     """A drop-in `tornado.iostream.IOStream` with a zero-copy `read_into`.
 
     Takes the same arguments as `IOStream`.  Every stock method keeps its
@@ -1106,207 +1102,6 @@ class ReadIntoIOStream(IOStream):
             self.close(exc_info=e)
             raise
 
-
-    # -- the transport engine (see tornado_readinto._transport) -----------------
-
-    def _add_io_state(self, state: int) -> None:
-        """Tornado's hook: wait for ``state`` on the selector.  On the transport
-        engine (once connected) the transport reads and writes instead: it is
-        made if need be, and its reading resumed."""
-        if not self._use_transport or self._connecting:
-            super()._add_io_state(state)
-            return
-        if self._closed:
-            return
-        if self._protocol is None:
-            self._attach_transport()
-        elif self._reading_paused and state & _READ:
-            self._resume_reading()
-
-    def _attach_transport(self) -> None:
-        """Start making the loop's transport for this stream's socket (see
-        `tornado_readinto._transport.attach`); it arrives in
-        `_transport_made` a loop iteration or two later."""
-        # The selector is done with this socket (it may have served connect()).
-        if self._state is not None:
-            self.io_loop.remove_handler(self.fileno())
-        # Never None again: Tornado's _maybe_add_error_listener has nothing to add.
-        self._state = _READ | _ERROR
-        protocol = self._protocol = _transport.StreamProtocol(self)
-        loop = self._loop
-        task = self._attach_task = loop.create_task(_transport.attach(loop, protocol, self.socket))
-        task.add_done_callback(self._attach_done)
-
-    def _attach_done(self, task: asyncio.Task[None]) -> None:
-        self._attach_task = None
-        if task.cancelled():  # by close_fd, or by a loop shutting down
-            if not self._closed:
-                self.close()
-            return
-        error = task.exception()
-        if error is None:
-            return
-        if self._transport is None and self._protocol is not None:
-            # No transport owns the socket (a failed transport has already
-            # closed or detached it, which makes this a no-op).
-            self._protocol.sock.close()
-        if not self._closed:
-            self.close(exc_info=error)
-
-    def _fall_back_to_selector(self) -> None:
-        """Run on the selector engine after all (the transport was not made):
-        a ``read_from_fd`` set on the instance, which only that engine calls."""
-        self._use_transport = False
-        self.engine = "selector"
-        self._protocol = None
-        self._state = None
-        if self._read_future is not None:
-            self._add_io_state(_READ)
-        if self._write_buffer:
-            self._add_io_state(_WRITE)
-        self._maybe_add_error_listener()
-
-    def _connected_for_transport(self, fd: Any) -> None:
-        """A selector event of a stream on the transport engine: only
-        ``connect()`` waits on the selector; once connected, the transport
-        takes over."""
-        try:
-            if self._connecting:
-                self._handle_connect()
-        except Exception as e:
-            gen_log.error("Uncaught exception, closing connection.", exc_info=True)
-            self.close(exc_info=e)
-            raise
-        if self._closed or self._connecting:
-            return
-        self._attach_transport()
-
-    def _transport_made(self, transport: asyncio.Transport) -> None:
-        """The transport exists (``connection_made``): send what waited."""
-        if self._closed:
-            transport.abort()
-            return
-        self._transport = transport
-        # pause_writing once anything is queued, resume_writing once all left.
-        transport.set_write_buffer_limits(high=0)
-        core = self._core
-        if not core.reading and core.buffered_nbytes >= core.read_chunk_size:
-            self._pause_reading()
-        if self._write_buffer:
-            self._handle_write()
-
-    def _transport_received(self, nbytes: int) -> None:
-        """``buffer_updated``: the transport received ``nbytes`` into the
-        view the core handed out."""
-        self.nbytes_received += nbytes
-        core = self._core
-        poll = self._busy_poll
-        try:
-            result = core.buffer_updated(nbytes)
-        except StreamBufferFullError as e:
-            # Logged as the selector engine (and stock) log it.
-            gen_log.error("Reached maximum read buffer size")
-            gen_log.warning("error on read: %s", e)
-            self.close(exc_info=e)
-            return
-        except UnsatisfiableReadError as e:
-            gen_log.info("Unsatisfiable read, closing connection: %s", e)
-            self.close(exc_info=e)
-            return
-        except Exception as e:  # the reader rejected the bytes (FramingError…)
-            self.close(exc_info=e)
-            return
-        if poll is not None and poll.parked_at:
-            poll.data_came(perf_counter())
-        if result is not PENDING:
-            self._complete(result)
-        elif self._read_future is not None:
-            if self._cork_nbytes:
-                self._uncork()
-            if poll is not None:
-                now = perf_counter()
-                if now >= _gilheld.held_until:
-                    poll.parked(now)
-        if not core.reading and core.buffered_nbytes >= core.read_chunk_size and not self._closed:
-            self._pause_reading()  # no room to hand out until a read starts
-
-    def _pause_reading(self) -> None:
-        transport = self._transport
-        if transport is not None and not self._reading_paused:
-            self._reading_paused = True
-            transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        transport = self._transport
-        if transport is not None and self._reading_paused:
-            self._reading_paused = False
-            transport.resume_reading()
-
-    def _write_piece_to_transport(self) -> bool:
-        """The kernel took only part of what is queued: hand the transport a
-        copy of the next `TRANSPORT_PIECE_NBYTES` (it sends them once the
-        socket is writable, then calls ``resume_writing``).  The caller's
-        buffers stay in the stream's own queue, so a close releases them at
-        once, and the rest is sent from there with ``sendmsg``, zero-copy.
-
-        Returns True if the transport sent the piece at once (counted as
-        sent: the caller sends on), else False (held: ``resume_writing``
-        counts it; or nothing to hand over, or the transport is closing).
-        """
-        transport = self._transport
-        if transport is None:
-            if self._protocol is None and not self._closed:
-                self._attach_transport()
-            return False  # _transport_made sends what is queued
-        write_buffer = self._write_buffer
-        if self._write_paused or not write_buffer:
-            return False
-        with write_buffer.peek(TRANSPORT_PIECE_NBYTES) as view:
-            piece = bytes(view)
-        write_buffer.advance(len(piece))
-        try:
-            transport.write(piece)
-        except Exception as e:  # the transport is closing: so is the stream
-            self.close(exc_info=e)
-            return False
-        if self._write_paused:  # pause_writing: the transport holds it
-            self._transport_held = len(piece)
-            return False
-        if transport.is_closing():
-            # Dropped, or its send failed: connection_lost closes the stream
-            # and fails the writes; nothing more is sent meanwhile.
-            self._write_paused = True
-            return False
-        self._total_write_done_index += len(piece)
-        return True
-
-    def _transport_drained(self) -> None:
-        """``resume_writing``: the piece handed to the transport was sent;
-        send on from the stream's queue."""
-        self._write_paused = False
-        self._total_write_done_index += self._transport_held
-        self._transport_held = 0
-        if not self._closed:
-            self._handle_write()
-
-    def close_fd(self) -> None:
-        """As stock: close the socket.  On the transport engine the transport
-        owns the socket once it is being made: it is aborted (unsent bytes
-        are dropped, as stock drops them) and closes the socket itself."""
-        protocol = self._protocol
-        if protocol is None:
-            super().close_fd()
-            return
-        transport = self._transport
-        if transport is not None:
-            transport.abort()
-        elif not protocol.started:
-            task = self._attach_task
-            if task is not None:
-                task.cancel()
-            self.socket.close()
-        # else the transport is being made: _transport_made aborts it.
-        self.socket = None  # type: ignore[assignment]
 
     # -- TLS -------------------------------------------------------------------
 
