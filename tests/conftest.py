@@ -150,17 +150,24 @@ class Clock:
 
 @pytest.fixture
 def stream_clock(monkeypatch):
-    """An explicit clock for the streams (`tornado_readinto.iostream` reads
-    ``perf_counter`` for busy polling and for how long a short recv proves a
-    socket empty).  It stands still unless the test moves it, so a test that
+    """An explicit clock for the streams (`tornado_readinto.iostream`, its
+    write path and its transport engine read ``perf_counter`` for busy
+    polling, for how long a short recv proves a socket empty, and to time
+    socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
     test process would otherwise make a stream retry a recv it had proved
     empty (`~tornado_readinto.iostream.DRAINED_VALID_S`)."""
-    from tornado_readinto import iostream
-
     clock = Clock()
-    monkeypatch.setattr(iostream, "perf_counter", clock)
+    patch_stream_clock(monkeypatch, clock)
     return clock
+
+
+def patch_stream_clock(monkeypatch, clock):
+    """Make every module of the streams read ``clock`` for ``perf_counter``."""
+    from tornado_readinto import _transport, _writepath, iostream
+
+    for module in (iostream, _writepath, _transport):
+        monkeypatch.setattr(module, "perf_counter", clock)
 
 
 @pytest.fixture(autouse=True)

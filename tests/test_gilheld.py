@@ -24,7 +24,7 @@ from tornado_readinto import iostream as iostream_module
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import Clock, gil_holding_thread, run
+from .conftest import Clock, gil_holding_thread, patch_stream_clock, run
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
@@ -227,7 +227,7 @@ def test_a_stalled_socket_call_switches_the_process_to_held_calls_until_a_probe_
     After HOLD_S a probe goes through the socket again; on a quick clock it
     finds no stall, and the socket methods stay."""
     clock = Clock(step=3e-3)
-    monkeypatch.setattr(iostream_module, "perf_counter", clock)
+    patch_stream_clock(monkeypatch, clock)
     monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)  # however many readings the rounds take
     held = HeldCalls(monkeypatch)
 
@@ -299,7 +299,7 @@ def test_a_stall_without_other_threads_is_the_machines_not_the_gils(loop_name, m
     """Only a thread that wants the GIL makes held calls worth their cost: in
     a process with no other Python thread, a stalled call changes nothing."""
     clock = Clock(step=5e-3)
-    monkeypatch.setattr(iostream_module, "perf_counter", clock)
+    patch_stream_clock(monkeypatch, clock)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     held = HeldCalls(monkeypatch)
 

@@ -9,6 +9,7 @@ from tornado.iostream import IOStream, SSLIOStream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat
 from tornado_readinto._transport import TransportEngine
+from tornado_readinto._writepath import WritePath
 from tornado_readinto.writebuffer import ChunkedWriteBuffer
 
 from .conftest import run
@@ -48,6 +49,7 @@ def test_compat_every_override_of_a_tornado_stream_method_is_listed():
     ours_and_theirs = (
         (ReadIntoIOStream, IOStream),
         (TransportEngine, IOStream),  # the transport engine's half of ReadIntoIOStream
+        (WritePath, IOStream),  # its write path
         (SSLReadIntoIOStream, SSLIOStream),
     )
     for ours, theirs in ours_and_theirs:

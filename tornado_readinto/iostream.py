@@ -61,18 +61,22 @@ Strategy:
   together in one ``sendmsg``.  A reply to a lone message is never held.
 * A cancelled read closes the stream: bytes may already have been consumed,
   so the only safe state is closed, never silently out of step.
+
+Layout: this module is the Tornado face and the selector engine; the read
+state machine is `tornado_readinto._readcore`, the write path (``write``,
+``writelines``, the cork, the gather send) the mixin
+`tornado_readinto._writepath.WritePath`, and the transport engine
+`tornado_readinto._transport` (its protocol and the stream's half, the mixin
+``TransportEngine``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 import re
 import socket
 import ssl
 import sys
-from collections.abc import Iterable
 from time import perf_counter
 from typing import Any, Union
 
@@ -94,12 +98,21 @@ from ._tornado_compat import (
     ssl_wrap_socket,
 )
 from ._transport import TransportEngine
+from ._writepath import CORK_MAX_NBYTES, IOV_MAX, MAX_SEND_NBYTES, WritePath
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 from .errors import BufferBusyError, ReadIntoError
 from .framing import MessageReader
 from .writebuffer import ChunkedWriteBuffer
 
-__all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES", "DRAINED_VALID_S"]
+__all__ = [
+    "ReadIntoIOStream",
+    "SSLReadIntoIOStream",
+    "DIRECT_READ_MIN_NBYTES",
+    "DRAINED_VALID_S",
+    "IOV_MAX",
+    "CORK_MAX_NBYTES",
+    "MAX_SEND_NBYTES",
+]
 
 #: How long a short ``recv`` proves a plain socket empty.  A read that starts
 #: later tries ``recv`` before waiting for the event loop: when the loop thread
@@ -111,28 +124,6 @@ __all__ = ["ReadIntoIOStream", "SSLReadIntoIOStream", "DIRECT_READ_MIN_NBYTES", 
 #: ``recv`` that would fail with EAGAIN.
 DRAINED_VALID_S = 1e-3  # seconds
 
-
-def _iov_max() -> int:
-    try:
-        return max(1, os.sysconf("SC_IOV_MAX"))
-    except (AttributeError, ValueError, OSError):  # pragma: no cover
-        return 16  # POSIX's minimum _XOPEN_IOV_MAX
-
-#: Buffers per ``sendmsg``: the kernel's limit (1024 on Linux).
-IOV_MAX = _iov_max()
-
-#: The most bytes of replies a stream holds back while more input is
-#: already read ahead (see `ReadIntoIOStream.writelines`): one coalescing
-#: chunk of the write buffer.
-CORK_MAX_NBYTES = 64 * 1024  # bytes
-
-#: Only buffers under this size are held back: they are copied, so their
-#: writers may reuse them at once (the write buffer's own threshold).
-_CORK_MAX_BUFFER_NBYTES = 8 * 1024  # bytes
-
-#: Bytes offered to one ``sendmsg``.  Linux's default TCP send buffer tops out
-#: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
-MAX_SEND_NBYTES = 16 * 1024 * 1024  # bytes
 
 #: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
 _TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
@@ -166,13 +157,6 @@ class _ReadFuture(Future):  # type: ignore[type-arg]
         return cancelled
 
 
-def _buffer_nbytes(data: Any) -> int:
-    """The size of a bytes-like object in bytes (``len`` would count the
-    items of a typed buffer)."""
-    kind = type(data)
-    return len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
-
-
 def _writable_bytes_view(buf: Any) -> memoryview:
     """A 1-D, ``'B'``-format view over all of ``buf``'s bytes.
 
@@ -195,7 +179,7 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
-class ReadIntoIOStream(TransportEngine, IOStream):
+class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     """A drop-in `tornado.iostream.IOStream` with a zero-copy `read_into`.
 
     Takes the same arguments as `IOStream`.  Every stock method keeps its
@@ -283,14 +267,14 @@ class ReadIntoIOStream(TransportEngine, IOStream):
         self._drained_at = 0.0
         #: Bytes received so far (for idle timeouts and statistics).
         self.nbytes_received = 0
-        #: What carries the stream's bytes: ``"selector"`` (``recv_into`` and
-        #: ``sendmsg`` from the loop's readiness callbacks) or ``"transport"``
-        #: (the event loop's own transport; see `tornado_readinto._transport`).
         chosen = _transport.choose_engine(engine, socket)  # raises for a bad name
         # A subclass that reads through its own read_from_fd (Tornado's hook
         # for that) gets the engine that calls it.
         if not self._transport_capable or type(self).read_from_fd is not ReadIntoIOStream.read_from_fd:
             chosen = "selector"
+        #: What carries the stream's bytes: ``"selector"`` (``recv_into`` and
+        #: ``sendmsg`` from the loop's readiness callbacks) or ``"transport"``
+        #: (the event loop's own transport; see the ``engine`` argument).
         self.engine = chosen
         self._use_transport = self.engine == "transport"
         # The transport engine's protocol (once the transport is being made),
@@ -761,22 +745,6 @@ class ReadIntoIOStream(TransportEngine, IOStream):
             _gilheld.note_stall(end)
         return received  # type: ignore[no-any-return]
 
-    def _sendmsg(self, buffers: Any) -> int:
-        """``sendmsg(buffers)`` on a plain socket, keeping the GIL while it
-        is contended (see `tornado_readinto._gilheld`).
-
-        :raises BlockingIOError: the send buffer is full.
-        :raises OSError: the send failed.
-        """
-        start = perf_counter()
-        if self._own_socket_io and start < _gilheld.held_until:
-            return _gilheld.writev(self.socket.fileno(), buffers)
-        sent = self.socket.sendmsg(buffers)
-        end = perf_counter()
-        if end - start > _STALL_S + sent * _COPY_S_PER_BYTE:
-            _gilheld.note_stall(end)
-        return sent  # type: ignore[no-any-return]
-
     def _signal_closed(self) -> None:
         self._write_paused = False
         self._transport_held = 0
@@ -793,182 +761,6 @@ class ReadIntoIOStream(TransportEngine, IOStream):
             # drops the buffer and leaves that to the garbage collector).
             self._write_buffer.clear()
         super()._signal_closed()
-
-    # -- writes ----------------------------------------------------------------
-
-    def set_nodelay(self, value: bool) -> None:
-        """As stock `IOStream.set_nodelay`: one ``setsockopt(TCP_NODELAY)``
-        on a TCP socket, nothing on other families, errors of a socket being
-        closed ignored.  The family is looked up once, when the stream is
-        made, not per call (Tornado's ``HTTP1Connection`` calls this twice
-        per response)."""
-        if self._tcp and self.socket is not None:
-            try:
-                self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if value else 0)
-            except OSError as e:
-                if e.errno != errno.EINVAL and not self._is_connreset(e):
-                    raise
-
-    @property
-    def write_buffer_nbytes(self) -> int:
-        """Bytes queued and not yet sent (0 once closed): for backpressure.
-        On the transport engine this includes what the transport holds."""
-        write_buffer = self._write_buffer
-        return len(write_buffer) + self._transport_held if write_buffer is not None else 0
-
-    def writing(self) -> bool:
-        """As stock: True while written bytes wait to be sent (on the
-        transport engine, in the transport too)."""
-        return bool(self._write_buffer) or self._write_paused
-
-    def write(self, data: Any) -> Future[None]:
-        """Queue ``data`` and send what the socket takes now; the Future
-        resolves once all of it was sent.
-
-        As stock `IOStream.write` (same ``max_write_buffer_size`` check, same
-        Future), but ``data`` may be any C-contiguous buffer and is sized by
-        ``nbytes``.  Data over 8 KiB is kept by reference until sent (do not
-        modify it before the Future resolves); smaller data is copied into a
-        shared chunk.  Sending gathers up to `IOV_MAX` queued buffers per
-        ``sendmsg`` on plain sockets.
-
-        :raises StreamClosedError: the stream is closed.
-        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
-            exceeded (nothing is queued).
-        """
-        return self.writelines((data,))
-
-    def writelines(self, buffers: Iterable[Any]) -> Future[None]:
-        """Queue many buffers under one Future and send them with as few
-        gather syscalls as the socket allows.
-
-        Costs one Future for the whole call (no per-buffer Future or
-        callback); buffers over 8 KiB are sent by reference (zero copy),
-        smaller ones are coalesced by one copy into shared chunks.  On plain
-        sockets every ``sendmsg`` carries up to `IOV_MAX` buffers, and when
-        nothing is queued the buffers go out in one ``sendmsg`` straight from
-        the caller's objects: nothing is copied or queued unless the kernel
-        takes only part of them, and when it takes them all the returned
-        Future is already resolved.
-
-        Cork: while bytes of further input are already read ahead (pipelined
-        requests), a write of small buffers (each under 8 KiB, up to
-        `CORK_MAX_NBYTES` held in all) is copied and held, and its Future is
-        resolved at once; the held bytes leave in one ``sendmsg`` with the
-        first write made once the read-ahead is drained, or when a read has
-        to wait for the socket, or on the next event-loop iteration, or
-        before `close`, whichever comes first.  A write made with nothing
-        read ahead is never held.
-
-        :arg buffers: bytes-like objects (any C-contiguous buffer, sized by
-            ``nbytes``); they must stay unchanged until the Future resolves.
-        :raises StreamClosedError: the stream is closed.
-        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
-            exceeded (nothing is queued).
-        """
-        self._check_closed()
-        if not self._readable_hint:
-            # A request/response peer answers only after this write: the
-            # window in which the socket counts as empty starts again here,
-            # so a slow handler does not make the next read try a doomed
-            # recv (a stall from here on, such as a GIL hand-off at the
-            # sendmsg below, still counts).
-            self._drained_at = perf_counter()
-        write_buffer = self._write_buffer
-        if self._core.buffered_nbytes and self._gather and len(write_buffer) == self._cork_nbytes:
-            # (Never behind bytes queued by someone else, e.g. dask's direct
-            # _write_buffer appends: their write(b"") must wait for them.)
-            if self._cork(buffers):
-                return self._resolved(None)
-        sent = 0
-        blocked = False  # the kernel took only part: wait for WRITE
-        if (
-            self._gather
-            and not write_buffer
-            and not self._write_paused
-            and not self._connecting
-            and self.max_write_buffer_size is None
-        ):
-            # Idle plain socket: one sendmsg straight from the caller's
-            # buffers; only what the kernel did not take is queued below.
-            if not isinstance(buffers, (list, tuple)):
-                buffers = list(buffers)
-            if len(buffers) <= IOV_MAX:
-                total = 0
-                for data in buffers:
-                    total += _buffer_nbytes(data)
-                try:
-                    sent = self._sendmsg(buffers) if total else 0
-                except BlockingIOError:
-                    blocked = True
-                except Exception:
-                    pass  # the queued path below sends again and handles the error
-                else:
-                    if sent == total:
-                        self._total_write_index += total
-                        self._total_write_done_index += total
-                        return self._resolved(None)
-                    blocked = True
-        self._cork_nbytes = 0  # whatever the cork holds goes out with this write
-        queued = len(write_buffer)
-        if self.max_write_buffer_size is not None:
-            if not isinstance(buffers, (list, tuple)):
-                buffers = list(buffers)
-            nbytes = sum(memoryview(b).nbytes for b in buffers)
-            if queued + self._transport_held + nbytes > self.max_write_buffer_size:
-                raise StreamBufferFullError("Reached maximum write buffer size")
-        for data in buffers:
-            write_buffer.append(data)
-        self._total_write_index += len(write_buffer) - queued
-        if sent:
-            write_buffer.advance(sent)
-            self._total_write_done_index += sent
-        future: Future[None] = Future(loop=self._loop)
-        self._write_futures.append((self._total_write_index, future))
-        if not self._connecting:
-            if not blocked:
-                self._handle_write()
-            elif self._use_transport and self._write_piece_to_transport():
-                self._handle_write()  # it went out at once: send on
-            if self._write_buffer:
-                self._add_io_state(_WRITE)
-            self._maybe_add_error_listener()
-        return future
-
-    def _cork(self, buffers: Iterable[Any]) -> bool:
-        """Hold ``buffers`` back (copied) if they are small and the cork has
-        room; see `writelines`."""
-        if self._connecting or self.max_write_buffer_size is not None:
-            return False
-        if not isinstance(buffers, (list, tuple)):
-            return False
-        total = 0
-        for data in buffers:
-            nbytes = _buffer_nbytes(data)
-            if nbytes >= _CORK_MAX_BUFFER_NBYTES:
-                return False
-            total += nbytes
-        write_buffer = self._write_buffer
-        if not total or len(write_buffer) + total > CORK_MAX_NBYTES:
-            return False  # an empty write is a flush: it waits for what is queued
-        for data in buffers:
-            write_buffer.append(data)
-        self._total_write_index += total
-        if not self._cork_nbytes:
-            self._loop.call_soon(self._uncork)
-        self._cork_nbytes += total
-        return True
-
-    def _uncork(self) -> None:
-        """Send what the cork holds (one ``sendmsg`` for all of it)."""
-        if not self._cork_nbytes:
-            return
-        self._cork_nbytes = 0
-        if self._closed or not self._write_buffer:
-            return
-        self._handle_write()
-        if self._write_buffer:
-            self._add_io_state(_WRITE)
 
     def close(self, exc_info: Any = False) -> None:
         """As stock `IOStream.close`; replies held by the cork (see
@@ -1003,51 +795,6 @@ class ReadIntoIOStream(TransportEngine, IOStream):
             self.close_fd()
             self._closed = True
         self._signal_closed()
-
-    def _handle_write(self) -> None:
-        if self._write_paused:
-            return  # the transport holds a piece: resume_writing comes
-        if not self._gather:
-            # TLS: one SSL_write per segment.  Small writes arrive coalesced
-            # into chunks (record-sized or larger), and a retry after "want
-            # write" starts at the same byte with at least as many bytes,
-            # as OpenSSL requires, because the queue only grows at its end.
-            super()._handle_write()
-            return
-        write_buffer = self._write_buffer
-        sendmsg = self._sendmsg
-        while True:
-            while write_buffer:
-                views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
-                try:
-                    offered = 0
-                    for view in views:
-                        offered += len(view)
-                    sent = sendmsg(views)
-                except BlockingIOError:
-                    break
-                except OSError as e:
-                    if not self._is_connreset(e):
-                        gen_log.warning("Write error on %s: %s", self.fileno(), e)
-                    self.close(exc_info=e)
-                    return
-                finally:
-                    for view in views:
-                        view.release()
-                if not sent:
-                    break
-                write_buffer.advance(sent)
-                self._total_write_done_index += sent
-                if sent < offered:
-                    break  # the socket buffer is full: wait for WRITE
-            # The transport engine: the kernel is full, so a piece goes to the
-            # transport; if it went out at once after all, send on.
-            if not (write_buffer and self._use_transport) or self._closed or not self._write_piece_to_transport():
-                break
-        done_index = self._total_write_done_index
-        futures = self._write_futures
-        while futures and futures[0][0] <= done_index:
-            future_set_result_unless_cancelled(futures.popleft()[1], None)
 
     # -- events ----------------------------------------------------------------
 
