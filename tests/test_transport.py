@@ -183,6 +183,51 @@ def test_a_small_message_costs_one_receive_one_sendmsg_and_three_futures(loop_na
     run(main(), loop=loop_name)
 
 
+def test_a_framed_message_costs_one_receive_one_allocator_call_per_frame_and_two_futures(loop_name, monkeypatch):
+    from tornado_readinto import FramedStream
+    from tornado_readinto.allocators import BufferPool
+
+    async def main():
+        server_sock, client_sock = _tcp_pair()
+        counts = _Counts(monkeypatch)
+        server = ReadIntoIOStream(server_sock, engine="transport", busy_poll_s=0)
+        client = IOStream(client_sock)
+        pool = BufferPool()
+        calls = []
+
+        def allocator(nbytes):
+            calls.append(nbytes)
+            return pool(nbytes)
+
+        framed = FramedStream(server, allocator=allocator)
+
+        async def echo():
+            for i in range(NMESSAGES):
+                if i == 2:  # the first read is inline, before the transport exists
+                    counts.reset()
+                    calls.clear()
+                frames = await framed.read_frames()
+                await framed.write_frames(frames)
+                pool.release_all(frames)
+
+        task = asyncio.ensure_future(echo())
+        for i in range(NMESSAGES):
+            payload = i.to_bytes(8, "little") + PAYLOAD[8:]
+            await client.write(HEADER + payload)
+            assert await client.read_bytes(16 + len(PAYLOAD)) == HEADER + payload
+        await task
+        n = NMESSAGES - 2
+        assert server._transport is not None
+        assert (counts.get_buffer, counts.buffer_updated, counts.sendmsg) == (n, n, n)
+        assert calls == [len(PAYLOAD)] * n  # one allocator call per frame
+        # the read waits for the transport; the write is resolved at once
+        assert (counts.parked, counts.resolved) == (n, n)
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
 # -- large reads and writes ------------------------------------------------------------------
 
 
