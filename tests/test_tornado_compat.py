@@ -212,3 +212,16 @@ def test_compat_body_sinks_turn_a_stored_bytes_into_request_body_without_copy():
             b.close()
 
     run(main())
+
+
+def test_compat_default_ssl_context_takes_tornado_6_5_contexts_and_6_6_factories(monkeypatch):
+    import ssl
+
+    client, server = _tornado_compat.default_ssl_context(False), _tornado_compat.default_ssl_context(True)
+    assert isinstance(client, ssl.SSLContext) and isinstance(server, ssl.SSLContext)
+    assert client.check_hostname and not server.check_hostname  # the sides are not swapped
+    # Tornado 6.5 keeps plain contexts where 6.6 keeps cached functions
+    monkeypatch.setattr(_tornado_compat, "_client_ssl_defaults", client)
+    monkeypatch.setattr(_tornado_compat, "_server_ssl_defaults", server)
+    assert _tornado_compat.default_ssl_context(False) is client
+    assert _tornado_compat.default_ssl_context(True) is server

@@ -9,6 +9,9 @@ release that changes them fails loudly at import time, and so that one test
 
 from __future__ import annotations
 
+import ssl
+from typing import Any
+
 import tornado
 from tornado.concurrent import future_set_result_unless_cancelled
 from tornado.http1connection import (
@@ -68,6 +71,7 @@ __all__ = [
     "_ERRNO_CONNRESET",
     "_client_ssl_defaults",
     "_server_ssl_defaults",
+    "default_ssl_context",
     "check_entry_point_hooks",
     "check_stream_attrs",
     "future_set_result_unless_cancelled",
@@ -137,6 +141,14 @@ PRIVATE_STREAM_HOOKS = (
 
 #: The same for `SSLReadIntoIOStream` and Tornado's ``SSLIOStream``.
 PRIVATE_SSL_STREAM_HOOKS = ("_do_ssl_handshake", "wait_for_handshake", "_finish_ssl_connect")
+
+
+def default_ssl_context(server_side: bool) -> ssl.SSLContext:
+    """Tornado's default TLS context for one side, as its ``start_tls`` uses
+    it: Tornado 6.5 keeps an ``SSLContext`` in ``tornado.netutil``, 6.6 a
+    cached function that makes one."""
+    value: Any = _server_ssl_defaults if server_side else _client_ssl_defaults
+    return value() if callable(value) else value  # type: ignore[no-any-return]
 
 
 def check_stream_attrs(stream: object) -> list[str]:

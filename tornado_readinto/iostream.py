@@ -92,8 +92,7 @@ from ._tornado_compat import (
     StreamBufferFullError,
     StreamClosedError,
     UnsatisfiableReadError,
-    _client_ssl_defaults,
-    _server_ssl_defaults,
+    default_ssl_context,
     future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
@@ -875,7 +874,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
         if ssl_options is None:
-            ssl_options = _server_ssl_defaults() if server_side else _client_ssl_defaults()
+            ssl_options = default_ssl_context(server_side)
         sock = self.socket
         protocol = self._protocol
         if protocol is None:
