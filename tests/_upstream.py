@@ -58,14 +58,43 @@ _STOCK_FACTORY_GLOBALS = (
 )
 
 
-class UpstreamGuard:
+class OnLoop:
+    """Mixin: runs a Tornado test case on the event loop named by ``loop``
+    (``"asyncio"`` or ``"uvloop"``).  Tornado makes each test's loop with
+    ``asyncio.new_event_loop()``, which follows the event loop policy; the
+    test fails if its loop is not the one named."""
+
+    loop = "asyncio"
+
+    def setUp(self):
+        self._policy = asyncio.get_event_loop_policy()
+        if self.loop == "uvloop":
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        try:
+            super().setUp()
+            io_loop = getattr(self, "io_loop", None)
+            if io_loop is not None:
+                assert (type(io_loop.asyncio_loop).__module__.split(".")[0] == "uvloop") == (self.loop == "uvloop")
+        except BaseException:
+            asyncio.set_event_loop_policy(self._policy)
+            raise
+
+    def tearDown(self):
+        try:
+            super().tearDown()
+        finally:
+            asyncio.set_event_loop_policy(self._policy)
+
+
+class UpstreamGuard(OnLoop):
     """Mixin for a mirrored upstream TestCase (see the module docstring)."""
 
     upstream_module = None  # set by mirror()
     upstream_patches: dict = {}  # name in the upstream module -> replacement
     use_install = False
     engine = None  # None: the default engine
-    loop = "asyncio"
 
     def setUp(self):
         self._undo = []
@@ -74,11 +103,6 @@ class UpstreamGuard:
         self._env.start()
         if self.engine is not None:
             os.environ[_transport.ENV_VAR] = self.engine
-        self._policy = asyncio.get_event_loop_policy()
-        if self.loop == "uvloop":
-            import uvloop
-
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         module = self.upstream_module
         for name, value in self.upstream_patches.items():
             if not hasattr(module, name):
@@ -107,10 +131,7 @@ class UpstreamGuard:
         if self.use_install:
             tornado_readinto.install()
         try:
-            super().setUp()
-            io_loop = getattr(self, "io_loop", None)
-            if io_loop is not None:
-                assert (type(io_loop.asyncio_loop).__module__.split(".")[0] == "uvloop") == (self.loop == "uvloop")
+            super().setUp()  # OnLoop: the loop
         except BaseException:
             self._restore()
             raise
@@ -127,7 +148,6 @@ class UpstreamGuard:
 
     def _restore(self):
         self._env.stop()
-        asyncio.set_event_loop_policy(self._policy)
         if self.use_install:
             tornado_readinto.uninstall()
         for obj, name, value in reversed(self._undo):

@@ -182,19 +182,25 @@ def _gil_uncontended():
 
 
 @contextlib.contextmanager
-def gil_holding_thread():
-    """A thread running pure Python (it holds the GIL but at the switch
-    interval), as a dask worker's task thread does."""
+def thread_until_stopped(run):
+    """Run ``run(stop)`` in a daemon thread for the duration of the block;
+    on exit ``stop`` (a ``threading.Event``) is set and the thread joined."""
     stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            sum(range(1000))
-
-    thread = threading.Thread(target=spin, daemon=True)
+    thread = threading.Thread(target=run, args=(stop,), daemon=True)
     thread.start()
     try:
         yield
     finally:
         stop.set()
         thread.join()
+
+
+def gil_holding_thread():
+    """A thread running pure Python (it holds the GIL but at the switch
+    interval), as a dask worker's task thread does."""
+
+    def spin(stop):
+        while not stop.is_set():
+            sum(range(1000))
+
+    return thread_until_stopped(spin)

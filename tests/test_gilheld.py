@@ -8,7 +8,6 @@ clock) and once with a real thread running Python, by what happened:
 which calls carried the bytes, never how fast."""
 
 import asyncio
-import contextlib
 import math
 import socket
 import struct
@@ -24,7 +23,7 @@ from tornado_readinto import iostream as iostream_module
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import Clock, gil_holding_thread, patch_stream_clock, run
+from .conftest import Clock, gil_holding_thread, patch_stream_clock, run, thread_until_stopped
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
@@ -40,17 +39,9 @@ def pair():
     b.close()
 
 
-@contextlib.contextmanager
 def idle_thread():
     """Another Python thread exists (waiting, holding nothing)."""
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    return thread_until_stopped(lambda stop: stop.wait())
 
 
 class HeldCalls:

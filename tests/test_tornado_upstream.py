@@ -6,7 +6,6 @@ The upstream module is imported (not its classes) so that pytest does not
 collect the upstream tests a second time under their own names.
 """
 
-import asyncio
 import os
 import ssl
 
@@ -98,20 +97,8 @@ class TestSSLReadIntoIOStreamWebHTTPS(upstream.AsyncHTTPSTestCase, upstream.Test
 # -- the same suites on uvloop -------------------------------------------------------
 
 
-class _OnUvloop:
-    """Runs a Tornado test case on uvloop: Tornado makes each test's loop with
-    ``asyncio.new_event_loop()``, which follows the event loop policy."""
-
-    def setUp(self):
-        import uvloop
-
-        self._policy = asyncio.get_event_loop_policy()
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        super().setUp()
-
-    def tearDown(self):
-        super().tearDown()
-        asyncio.set_event_loop_policy(self._policy)
+class _OnUvloop(_upstream.OnLoop):
+    loop = "uvloop"
 
     def test_the_loop_is_uvloop(self):
         import uvloop

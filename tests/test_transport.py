@@ -19,6 +19,7 @@ from tornado_readinto.errors import IncompleteReadError
 from tornado_readinto.testing import RecordingSocket
 
 from .conftest import run, until
+from .test_costs import Counts as FutureCounts
 
 NMESSAGES = 100
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
@@ -108,9 +109,13 @@ def test_a_read_from_fd_set_on_the_instance_moves_the_stream_to_the_selector(loo
 # -- what a message costs -------------------------------------------------------------------
 
 
-class _Counts:
+class _Counts(FutureCounts):
+    """`FutureCounts` (Futures by kind), plus the transport protocol's
+    ``get_buffer``/``buffer_updated`` calls and the stream's ``sendmsg``."""
+
     def __init__(self, monkeypatch):
-        self.get_buffer = self.buffer_updated = self.sendmsg = self.parked = self.resolved = 0
+        super().__init__(monkeypatch)
+        self.get_buffer = self.buffer_updated = self.sendmsg = 0
         counts = self
         protocol = _transport.StreamProtocol
         get_buffer, buffer_updated = protocol.get_buffer, protocol.buffer_updated
@@ -128,21 +133,9 @@ class _Counts:
             counts.sendmsg += 1
             return sendmsg(self, buffers)
 
-        class CountingFuture(iostream_module.Future):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                counts.resolved += 1
-
-        class CountingReadFuture(iostream_module._ReadFuture):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                counts.parked += 1
-
         monkeypatch.setattr(protocol, "get_buffer", counting_get_buffer)
         monkeypatch.setattr(protocol, "buffer_updated", counting_buffer_updated)
         monkeypatch.setattr(ReadIntoIOStream, "_sendmsg", counting_sendmsg)
-        monkeypatch.setattr(iostream_module, "Future", CountingFuture)
-        monkeypatch.setattr(iostream_module, "_ReadFuture", CountingReadFuture)
 
     def reset(self):
         self.get_buffer = self.buffer_updated = self.sendmsg = self.parked = self.resolved = 0

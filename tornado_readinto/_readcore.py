@@ -92,16 +92,6 @@ _MESSAGE: Final = 6
 _NO_ROOM: Final = memoryview(bytearray())
 
 
-def _release(view: memoryview) -> None:
-    """Release a view handed out by `ReadCore.get_buffer`, unless the engine
-    still holds an export of it (uvloop releases its export only after
-    ``buffer_updated`` returns): the view then goes with its last reference."""
-    try:
-        view.release()
-    except BufferError:
-        pass
-
-
 class ReadCore:
     """The read side of one stream: its read-ahead buffer and its one pending
     read, with no socket and no event loop.
@@ -407,10 +397,8 @@ class ReadCore:
         :raises Exception: what a pending read's ``reader.get_buffer()``
             raises (close the stream).
         """
-        lent = self._lent
-        if lent is not None:
-            self._lent = None
-            _release(lent)
+        if self._lent is not None:
+            self._drop_lent()
         mode = self._mode
         if mode == _INTO:
             target = self._target
@@ -466,10 +454,8 @@ class ReadCore:
         ``connection_made``); the bytes still count against
         ``max_buffer_size``.  Valid until the next call on the core.
         """
-        lent = self._lent
-        if lent is not None:
-            self._lent = None
-            _release(lent)
+        if self._lent is not None:
+            self._drop_lent()
         self._reserve(max(1, self.read_chunk_size // 2))
         assert self._ra_view is not None
         view = self._ra_view[self._start + self.buffered_nbytes :]
@@ -502,11 +488,7 @@ class ReadCore:
         if lent is None or nbytes > len(lent):
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
-        self._lent = None
-        try:
-            lent.release()
-        except BufferError:
-            pass  # still exported by the engine (see _release)
+        self._drop_lent()
         mode = self._mode
         if self._direct:
             if mode == _INTO:
@@ -582,10 +564,8 @@ class ReadCore:
         :arg clean: False when the stream closes because of an error.
         """
         self.eof = True
-        lent = self._lent
-        if lent is not None:
-            self._lent = None
-            _release(lent)
+        if self._lent is not None:
+            self._drop_lent()
         mode = self._mode
         if mode == _CLOSE:
             if not clean:
@@ -654,12 +634,22 @@ class ReadCore:
 
     # -- completing reads --------------------------------------------------------
 
+    def _drop_lent(self) -> None:
+        """Release the view `get_buffer` handed out last, unless the engine
+        still holds an export of it (uvloop releases its export only after
+        ``buffer_updated`` returns): it then goes with its last reference."""
+        lent = self._lent
+        assert lent is not None
+        self._lent = None
+        try:
+            lent.release()
+        except BufferError:
+            pass
+
     def _end_read(self) -> None:
         """Back to idle; the target (if any) is released."""
-        lent = self._lent
-        if lent is not None:
-            self._lent = None
-            _release(lent)
+        if self._lent is not None:
+            self._drop_lent()
         target = self._target
         if target is not None:
             self._target = None
@@ -789,10 +779,8 @@ class ReadCore:
         return data
 
     def _release_read_ahead(self) -> None:
-        lent = self._lent
-        if lent is not None:
-            self._lent = None
-            _release(lent)
+        if self._lent is not None:
+            self._drop_lent()
         if self._ra_view is not None:
             self._ra_view.release()
         self._ra = self._ra_view = None

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from tornado import ioloop
 from tornado.log import gen_log
 
-from . import _gilheld
 from ._readcore import PENDING, ReadCore
 from ._tornado_compat import IOStream, StreamBufferFullError, UnsatisfiableReadError
 
@@ -144,9 +143,7 @@ class StreamProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = self._stream
-        if stream is None:  # pragma: no cover - closed and let go already
-            transport.close()
-            return
+        assert stream is not None  # only connection_lost, which comes after, lets it go
         # uvloop's transports have the Transport methods without the base class.
         stream._transport_made(cast(asyncio.Transport, transport))
 
@@ -205,9 +202,9 @@ class StreamProtocol(asyncio.BufferedProtocol):
             stream._transport_drained()
 
 
-async def attach(loop: asyncio.AbstractEventLoop, protocol: StreamProtocol, sock: socket.socket) -> None:
-    """Make ``loop``'s transport for the connected ``sock``, with
-    ``protocol`` (its ``connection_made`` hands the transport over)."""
+async def attach(loop: asyncio.AbstractEventLoop, protocol: StreamProtocol) -> None:
+    """Make ``loop``'s transport for the protocol's connected socket
+    (``protocol.sock``); its ``connection_made`` hands the transport over."""
     stream = protocol._stream
     if stream is None or stream._closed:
         return
@@ -217,7 +214,7 @@ async def attach(loop: asyncio.AbstractEventLoop, protocol: StreamProtocol, sock
         stream._fall_back_to_selector()
         return
     protocol.started = True
-    await loop.connect_accepted_socket(lambda: protocol, sock)
+    await loop.connect_accepted_socket(lambda: protocol, protocol.sock)
 
 
 class TransportEngine(IOStream):
@@ -246,7 +243,7 @@ class TransportEngine(IOStream):
         _reading_paused: bool
 
         def _complete(self, result: Any) -> None: ...
-        def _uncork(self) -> None: ...
+        def _read_parked(self) -> None: ...
 
     def _add_io_state(self, state: int) -> None:
         """Tornado's hook: wait for ``state`` on the selector.  On the transport
@@ -273,7 +270,7 @@ class TransportEngine(IOStream):
         self._state = _READ | _ERROR
         protocol = self._protocol = StreamProtocol(self)
         loop = self._loop
-        task = self._attach_task = loop.create_task(attach(loop, protocol, self.socket))
+        task = self._attach_task = loop.create_task(attach(loop, protocol))
         task.add_done_callback(self._attach_done)
 
     def _attach_done(self, task: asyncio.Task[None]) -> None:
@@ -360,12 +357,7 @@ class TransportEngine(IOStream):
         if result is not PENDING:
             self._complete(result)
         elif self._read_future is not None:
-            if self._cork_nbytes:
-                self._uncork()
-            if poll is not None:
-                now = perf_counter()
-                if now >= _gilheld.held_until:
-                    poll.parked(now)
+            self._read_parked()
         if not core.reading and core.buffered_nbytes >= core.read_chunk_size and not self._closed:
             self._pause_reading()  # no room to hand out until a read starts
 

@@ -610,13 +610,20 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         (the read then waits for the selector)."""
         result = self._receive_now()
         if result is PENDING and self._read_future is not None and not self._closed:
-            if self._cork_nbytes:
-                self._uncork()  # the reads caught up: send the held replies
-            if self._busy_poll is not None:
-                now = perf_counter()
-                if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
-                    self._busy_poll.parked(now)
+            self._read_parked()
         return result
+
+    def _read_parked(self) -> None:
+        """The pending read waits for the engine (selector or transport):
+        send the replies the cork holds (the reads caught up), and tell the
+        busy poll that a read parked."""
+        if self._cork_nbytes:
+            self._uncork()
+        poll = self._busy_poll
+        if poll is not None:
+            now = perf_counter()
+            if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
+                poll.parked(now)
 
     def _receive_or_park(self) -> None:
         """The pending read cannot be satisfied from the buffer: receive what
