@@ -34,6 +34,17 @@ def test_fuzz_property_catches_a_broken_reader(monkeypatch):
         check_one_input(b"\x00" + b"\x01" * 16)
 
 
+def _rss_limit_mb(growth_mb: int = 2048) -> int:
+    """libFuzzer's ``-rss_limit_mb`` for a child of this process: ``growth_mb``
+    above this process's peak RSS.  libFuzzer checks the peak RSS that
+    ``getrusage`` reports, and Linux carries a parent's peak over to its child
+    across fork and exec, so a fixed limit would fail the run whenever earlier
+    tests in this process peaked above it (test order, not the reader)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 + growth_mb
+
+
 def test_fuzz_short_coverage_guided_run(tmp_path):
     pytest.importorskip("atheris", reason="atheris has no wheel for this platform")
     corpus = tmp_path / "corpus"
@@ -44,6 +55,7 @@ def test_fuzz_short_coverage_guided_run(tmp_path):
             str(ROOT / "fuzz" / "fuzz_frame_reader.py"),
             "-runs=30000",
             "-max_len=512",
+            f"-rss_limit_mb={_rss_limit_mb()}",
             f"-artifact_prefix={tmp_path}/",
             str(corpus),
         ],
