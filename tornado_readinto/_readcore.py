@@ -250,6 +250,18 @@ class ReadCore:
             raise BufferBusyError("a read is already in progress on this stream")
         nbytes = view.nbytes
         size = self.buffered_nbytes
+        if size >= nbytes > 0:
+            # All of it read ahead (a header, a small frame of a buffered
+            # message): the shortest path.
+            start = self._start
+            view[:] = self._ra_view[start : start + nbytes]  # type: ignore[index]
+            view.release()
+            if size > nbytes:
+                self.buffered_nbytes = size - nbytes
+                self._start = start + nbytes
+            else:
+                self._consume_nbytes(nbytes)
+            return nbytes
         take = size if size < nbytes else nbytes
         if take:
             start = self._start
@@ -401,11 +413,8 @@ class ReadCore:
             self._drop_lent()
         mode = self._mode
         if mode == _INTO:
-            target = self._target
-            assert target is not None
-            filled = self._filled
-            if self._nbytes - filled >= self.direct_min_nbytes:
-                view = target[filled:]
+            if self._nbytes - self._filled >= self.direct_min_nbytes:
+                view = self._target[self._filled :]  # type: ignore[index]
                 self._lent = view
                 self._direct = True
                 return view
@@ -438,7 +447,10 @@ class ReadCore:
                 half = self.read_chunk_size // 2
                 self._reserve(want if want > half else half)
             else:
-                self._reserve(self.read_chunk_size // 2)
+                half = self.read_chunk_size // 2
+                ra = self._ra
+                if ra is None or self._start + size + half > len(ra):  # else the room is there
+                    self._reserve(half)
             assert self._ra_view is not None
             view = self._ra_view[self._start + size :]
         self._lent = view
@@ -490,6 +502,19 @@ class ReadCore:
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
         self._drop_lent()
         mode = self._mode
+        if mode == _INTO and not self._direct and nbytes:
+            # A small read_into (a header) completed from the read-ahead
+            # buffer, the common case: copy its missing bytes out.
+            size = self.buffered_nbytes + nbytes
+            filled = self._filled
+            missing = self._nbytes - filled
+            if missing < size <= self.max_buffer_size:
+                start = self._start
+                self._target[filled:] = self._ra_view[start : start + missing]  # type: ignore[index]
+                self.buffered_nbytes = size - missing
+                self._start = start + missing
+                self._filled = self._nbytes
+                return self._finish_into()
         if self._direct:
             if mode == _INTO:
                 filled = self._filled + nbytes
@@ -664,9 +689,8 @@ class ReadCore:
     def _finish_into(self) -> int:
         filled = self._filled
         target = self._target
-        assert target is not None
         self._target = None
-        target.release()
+        target.release()  # type: ignore[union-attr]
         self._mode = _IDLE
         self._filled = 0
         return filled

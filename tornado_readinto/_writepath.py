@@ -73,11 +73,14 @@ _STALL_S = _gilheld.STALL_S
 _COPY_S_PER_BYTE = _gilheld.COPY_S_PER_BYTE
 
 
+#: Types whose ``len`` is their size in bytes.
+_LEN_IS_NBYTES = (bytes, bytearray)
+
+
 def _buffer_nbytes(data: Any) -> int:
     """The size of a bytes-like object in bytes (``len`` would count the
     items of a typed buffer)."""
-    kind = type(data)
-    return len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+    return len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
 
 
 
@@ -188,13 +191,8 @@ class WritePath(IOStream):
                 return self._resolved(None)
         sent = 0
         blocked = False  # the kernel took only part: wait for WRITE
-        if (
-            self._gather
-            and not write_buffer
-            and not self._write_paused
-            and not self._connecting
-            and self.max_write_buffer_size is None
-        ):
+        idle = not write_buffer and not self._write_paused and not self._connecting
+        if idle and self._gather and self.max_write_buffer_size is None:
             # Idle plain socket: one sendmsg straight from the caller's
             # buffers; only what the kernel did not take is queued below.
             if not isinstance(buffers, (list, tuple)):
@@ -202,7 +200,8 @@ class WritePath(IOStream):
             if len(buffers) <= IOV_MAX:
                 total = 0
                 for data in buffers:
-                    total += _buffer_nbytes(data)
+                    # (as _buffer_nbytes, inline: this runs per buffer)
+                    total += len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
                 try:
                     sent = self._sendmsg(buffers) if total else 0
                 except BlockingIOError:

@@ -93,7 +93,6 @@ from ._tornado_compat import (
     StreamClosedError,
     UnsatisfiableReadError,
     default_ssl_context,
-    future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
 from ._transport import TransportEngine
@@ -570,8 +569,11 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         if future is not None:
             self._read_future = None
             future._stream = None  # type: ignore[attr-defined]
-            future_set_result_unless_cancelled(future, result)
-        self._maybe_add_error_listener()
+            if not future.cancelled():
+                future.set_result(result)
+        state = self._state
+        if state is None or state == _ERROR:
+            self._maybe_add_error_listener()
 
     def _start_read(self) -> Future:  # type: ignore[type-arg]
         if self._read_future is not None:
@@ -662,7 +664,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """Feed the read core what the socket has now: ``recv_into`` the
         buffer it hands out, then tell it how many bytes arrived; return the
         pending read's result or `PENDING`."""
-        if self._protocol is not None or self._proved_empty():
+        if self._protocol is not None or (not self._readable_hint and self._proved_empty()):
             # Wait for the selector, or for the transport (which owns the
             # socket once it is being made; until then reads are inline).
             return PENDING
