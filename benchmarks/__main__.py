@@ -41,6 +41,7 @@ def usage() -> str:
     lines += [
         "",
         "micro-benchmarks of the pure parts: pytest benchmarks --benchmark-group-by=group,param:nbytes",
+        "bytecodes per echoed message (a count, not a timing): python -m benchmarks.opcodes",
         "how to run and read them: benchmarks/README.rst",
     ]
     return "\n".join(lines)

@@ -67,6 +67,7 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
     "asyncio-streams": ("asyncio-streams", "framed"),
     "asyncio-protocol": ("asyncio-protocol", "framed"),
     "asyncio-streams-3reads": ("asyncio-streams-3reads", "framed"),
+    "readinto-3reads": ("readinto-3reads", "framed"),
     "asyncio-protocol-exact": ("asyncio-protocol-exact", "framed"),
 }
 

@@ -268,6 +268,22 @@ def test_anchor_echoes_verified(impl: str, loop: str, msize: int, nframes: int) 
     assert [s.full_compares for s in stats] == [2, 2]
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("impl", ["readinto", "readinto-3reads"])
+@pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
+def test_readinto_rows_echo_verified(impl: str, loop: str, msize: int, nframes: int) -> None:
+    """``readinto`` reads as the Streams anchor does (16 bytes, the other
+    lengths, each frame), ``readinto-3reads`` as the heavier one: both echo
+    every message of a pipelined run, checked as the anchors' are."""
+    if availability(IMPLS[impl], loop) is not None:
+        pytest.skip(f"{impl} on {loop}: {availability(IMPLS[impl], loop)}")
+    stats, echoed = _echo_case(impl, loop, msize, nframes)
+    sent = sum(s.messages_sent for s in stats)
+    assert sent > 2 * 8 and echoed == sent
+    assert sum(s.verified_messages for s in stats) == sent
+    assert [s.full_compares for s in stats] == [2, 2]
+
+
 def test_uvloop_registry_names_the_same_anchors() -> None:
     for name in ("streams", "streams-3reads", "protocol", "protocol-exact"):
         assert IMPLS[f"uvloop-{name}"].target == IMPLS[f"asyncio-{name}"].target

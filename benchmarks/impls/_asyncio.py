@@ -15,10 +15,7 @@ import ssl
 from collections.abc import Sequence
 
 from ._async import AsyncConn
-from ._common import U64, Buffer, ConnClosed, WireError, check_nframes, pack_header, unpack_lengths
-
-#: nframes and the first frame's length: what the anchor reads first.
-HEAD_NBYTES = 2 * U64.size
+from ._common import HEAD_NBYTES, U64, Buffer, ConnClosed, WireError, check_nframes, pack_header, unpack_lengths
 
 
 class _StreamsConn(AsyncConn):

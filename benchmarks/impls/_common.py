@@ -24,6 +24,10 @@ Buffer = Any
 #: nframes and every frame length: u64 little-endian (DESIGN.md "Wire format").
 U64 = struct.Struct("<Q")
 
+#: nframes and the first frame's length: what the readers that read as few
+#: times as a message needs read first (every benchmark message has a frame).
+HEAD_NBYTES = 2 * U64.size
+
 #: Sanity bounds for the benchmark's own raw parsers, so that garbage on the
 #: wire fails loudly instead of allocating absurd buffers (the same defaults
 #: as DESIGN.md "Limits": 1 Mi frames, 64 GiB per message).

@@ -24,7 +24,17 @@ from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
 
 from ._async import AsyncConn
-from ._common import U64, Buffer, ConnClosed, ReusedBuffers, check_nframes, pack_header, unpack_lengths
+from ._common import (
+    HEAD_NBYTES,
+    U64,
+    Buffer,
+    ConnClosed,
+    ReusedBuffers,
+    WireError,
+    check_nframes,
+    pack_header,
+    unpack_lengths,
+)
 
 #: Far above any benchmark message; nothing is allocated from it.
 MAX_BUFFER_NBYTES = 1 << 40
@@ -104,17 +114,53 @@ class StockReadIntoReuse(StockReadInto):
 
 
 class ReadInto(_TornadoConn):
-    """`ReadIntoIOStream`: everything by ``read_into`` into reused buffers,
-    one ``writelines`` per message."""
+    """`ReadIntoIOStream`: as few ``read_into`` calls as the message needs,
+    into reused buffers, as the ``asyncio-streams`` anchor reads: the count
+    and the first length (16 bytes), the other lengths if any, then each
+    frame.  One ``writelines`` per message."""
 
     stream_class = ReadIntoIOStream
     tls_stream_class = SSLReadIntoIOStream
 
     def __init__(self, stream: IOStream) -> None:
         super().__init__(stream)
+        self._head = bytearray(HEAD_NBYTES)
+        self._lengths = bytearray(U64.size)
+        self._reused = ReusedBuffers()
+
+    async def recv(self) -> Sequence[Buffer]:
+        stream = self.stream
+        head = self._head
+        try:
+            await stream.read_into(head)
+        except StreamClosedError:
+            raise ConnClosed from None
+        nframes = check_nframes(U64.unpack_from(head)[0])
+        if not nframes:
+            raise WireError("a message without frames (this reader needs at least one)")
+        if len(self._lengths) != U64.size * nframes:
+            self._lengths = bytearray(U64.size * nframes)
+        lengths = self._lengths
+        lengths[: U64.size] = head[U64.size :]
+        if nframes > 1:
+            await stream.read_into(memoryview(lengths)[U64.size :])
+        frames = self._reused.get(unpack_lengths(nframes, lengths))
+        for frame in frames:
+            await stream.read_into(frame)
+        return frames
+
+    async def send(self, frames: Sequence[Buffer]) -> None:
+        await self.stream.writelines([pack_header(frames), *frames])  # type: ignore[attr-defined]
+
+
+class ReadInto3Reads(ReadInto):
+    """The heavier `ReadInto` (an extra row, as ``asyncio-streams-3reads``):
+    one ``read_into`` for the count, one for the lengths and one per frame."""
+
+    def __init__(self, stream: IOStream) -> None:
+        super().__init__(stream)
         self._count = bytearray(U64.size)
         self._lengths = bytearray()
-        self._reused = ReusedBuffers()
 
     async def recv(self) -> Sequence[Buffer]:
         stream = self.stream
@@ -131,9 +177,6 @@ class ReadInto(_TornadoConn):
         for frame in frames:
             await stream.read_into(frame)
         return frames
-
-    async def send(self, frames: Sequence[Buffer]) -> None:
-        await self.stream.writelines([pack_header(frames), *frames])  # type: ignore[attr-defined]
 
 
 class ReadIntoSelector(ReadInto):
