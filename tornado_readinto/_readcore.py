@@ -500,7 +500,11 @@ class ReadCore:
         if lent is None or nbytes > len(lent):
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
-        self._drop_lent()
+        self._lent = None  # as _drop_lent, inline (once per receive)
+        try:
+            lent.release()
+        except BufferError:
+            pass
         mode = self._mode
         if mode == _INTO and not self._direct and nbytes:
             # A small read_into (a header) completed from the read-ahead

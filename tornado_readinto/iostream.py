@@ -498,6 +498,8 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             # pending); the core's read ends, which releases ``buf``.
             self._core.connection_lost(self.error)
             raise StreamClosedError(real_error=self.error)
+        if self._parked_at_once():
+            return future
         try:
             self._receive_or_park()
         except BaseException:
@@ -511,6 +513,8 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         `_find_read_pos`, `_read_to_buffer_loop` and `_finish_read` below)
         tries the socket now, else waits for READ."""
         future = self._start_read()
+        if self._parked_at_once():
+            return future
         try:
             self._try_inline_read()
         except UnsatisfiableReadError as e:
@@ -626,6 +630,15 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             now = perf_counter()
             if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
                 poll.parked(now)
+
+    def _parked_at_once(self) -> bool:
+        """Park the pending read without trying the socket if a recv just
+        proved it empty with READ registered (what receiving now would
+        conclude, minus the calls): True if it parked."""
+        if self._readable_hint or self._protocol is not None or self._closed or not self._proved_empty():
+            return False
+        self._read_parked()
+        return True
 
     def _receive_or_park(self) -> None:
         """The pending read cannot be satisfied from the buffer: receive what
