@@ -689,6 +689,55 @@ def test_read_into_on_closed_stream_raises_and_releases_the_buffer():
     run(main())
 
 
+@pytest.mark.parametrize("kind", ["read_bytes", "read_until", "read_message"])
+def test_every_read_kind_waits_on_a_drained_socket_without_a_recv(loop_name, stream_clock, kind):
+    """The reads that go through Tornado's ``_try_inline_read`` behave as
+    `read_into` below: right after a short recv proved the socket empty they
+    wait for the loop without a recv (the bytes already there arrive with
+    the loop's next poll); once the proof is stale they try the recv first
+    and complete inline."""
+    from tornado_readinto.framing import FrameReader, pack_header
+
+    message = pack_header([4]) + b"ping" if kind == "read_message" else b"ping\n"
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, busy_poll_s=0)
+        sock = server.socket
+        reader = FrameReader()
+
+        def start():
+            if kind == "read_bytes":
+                return server.read_bytes(len(message))
+            if kind == "read_until":
+                return server.read_until(b"\n")
+            return server.read_message(reader)
+
+        def same(result):
+            return [bytes(f) for f in result] == [b"ping"] if kind == "read_message" else result == message
+
+        try:
+            reading = start()
+            client.socket.sendall(message)
+            assert same(await reading)  # its recv was short: drained
+            sock.reset()
+            client.socket.sendall(message)  # there, but the loop has not polled since
+            reading = start()
+            assert not reading.done() and sock.recvs == []  # waits for the loop
+            assert same(await reading)
+            sock.reset()
+            client.socket.sendall(message)
+            select.select([sock], [], [], 10)  # arrived (no loop turn)
+            stream_clock.now += DRAINED_VALID_S
+            reading = start()
+            assert reading.done() and same(reading.result())
+            assert [r.received for r in sock.recvs] == [len(message)]
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
 def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_clock):
     """A short recv proves the socket empty, so a read that starts soon after
     waits for the loop without a recv bound to fail with EAGAIN; one that

@@ -255,12 +255,12 @@ class ReadCore:
             # message): the shortest path.
             start = self._start
             view[:] = self._ra_view[start : start + nbytes]  # type: ignore[index]
-            view.release()
             if size > nbytes:
                 self.buffered_nbytes = size - nbytes
                 self._start = start + nbytes
             else:
                 self._consume_nbytes(nbytes)
+            view.release()
             return nbytes
         take = size if size < nbytes else nbytes
         if take:

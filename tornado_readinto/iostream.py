@@ -498,10 +498,9 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             # pending); the core's read ends, which releases ``buf``.
             self._core.connection_lost(self.error)
             raise StreamClosedError(real_error=self.error)
-        if self._parked_at_once():
-            return future
         try:
-            self._receive_or_park()
+            if not self._parked_at_once():
+                self._receive_or_park()
         except BaseException:
             future.add_done_callback(lambda f: f.exception())
             raise
@@ -513,10 +512,9 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         `_find_read_pos`, `_read_to_buffer_loop` and `_finish_read` below)
         tries the socket now, else waits for READ."""
         future = self._start_read()
-        if self._parked_at_once():
-            return future
         try:
-            self._try_inline_read()
+            if not self._parked_at_once():
+                self._try_inline_read()
         except UnsatisfiableReadError as e:
             # As stock read_until: the stream closes, the Future fails.
             gen_log.info("Unsatisfiable read, closing connection: %s", e)
@@ -635,7 +633,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """Park the pending read without trying the socket if a recv just
         proved it empty with READ registered (what receiving now would
         conclude, minus the calls): True if it parked."""
-        if self._readable_hint or self._protocol is not None or self._closed or not self._proved_empty():
+        if self._readable_hint or self._protocol is not None or self.closed() or not self._proved_empty():
             return False
         self._read_parked()
         return True
