@@ -130,6 +130,29 @@ def test_echo_cli_smoke(tmp_path: Path) -> None:
         assert e["window"] == (16 if e["mode"] == "pipelined" else 1)
 
 
+def test_echo_cli_uninit_rows(tmp_path: Path) -> None:
+    """``readinto-uninit`` and ``threads-uninit`` (frames received into
+    ``uninitialized_allocator`` buffers, huge pages from 4 MiB) echo 8 MiB
+    messages, every one verified."""
+    from benchmarks.impls import IMPLS, load
+    from tornado_readinto.allocators import uninitialized_allocator
+
+    for name in ("readinto-uninit", "threads-uninit"):
+        assert load(IMPLS[name])(None)._reused._allocate is uninitialized_allocator, name
+    out = tmp_path / "echo.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "benchmarks.echo", "--impl", "readinto-uninit,threads-uninit", "--msize", "8MiB",
+           "--duration", "0.1", "--warmup", "0.02", "--repeat", "1", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads(out.read_text())["results"]
+    assert [e["impl"] for e in entries] == ["readinto-uninit", "threads-uninit"]
+    for e in entries:
+        assert e["status"] == "ok", e["error"]
+        assert e["verified_messages"] == e["messages_sent"] == e["messages_echoed_by_server"] > 0
+    assert type(uninitialized_allocator(8 << 20)).__name__ == "ndarray"  # numpy is installed for the tests
+
+
 def test_echo_cli_runs_the_asyncio_anchors(tmp_path: Path) -> None:
     """The anchors through ``python -m benchmarks echo``: 4-frame messages,
     pipelined, both loops, verified (their parsing is tested in

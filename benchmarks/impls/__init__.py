@@ -56,6 +56,7 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("stock-read_into-reuse", _T + "StockReadIntoReuse", "stock IOStream, read_into reused buffers"),
         ImplSpec("readinto", _T + "ReadInto", "ReadIntoIOStream, read_into(16) + read_into(frame); writelines"),
         ImplSpec("readinto-3reads", _T + "ReadInto3Reads", "ReadIntoIOStream, read_into per count, lengths, frame"),
+        ImplSpec("readinto-uninit", _T + "ReadIntoUninit", "readinto into uninitialized_allocator (huge-page) buffers"),
         ImplSpec("readinto-nospin", _T + "ReadIntoNoSpin", "readinto with busy_poll_s=0 (park at once, as stock)"),
         ImplSpec("readinto-selector", _T + "ReadIntoSelector", "readinto on the selector engine"),
         ImplSpec("readinto-transport", _T + "ReadIntoTransport", "readinto on the transport engine"),
@@ -105,6 +106,12 @@ IMPLS: dict[str, ImplSpec] = {
             ("uvloop",) + _FRAMED,
         ),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
+        ImplSpec(
+            "threads-uninit",
+            "._threads:ThreadsUninit",
+            "threads, frames in uninitialized_allocator (huge-page) buffers",
+            "threads",
+        ),
         ImplSpec("comm-readinto", "._comm:CommReadInto", "tornado_readinto.comm (no dask)", requires=("msgpack",)),
         ImplSpec("dask-tcp", "._dask:DaskTCP", "distributed.comm tcp://", requires=("distributed",)),
         ImplSpec(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
-from typing import Any
+from typing import Any, Callable
 
 from benchmarks.harness.cpu import process_cpu_s
 
@@ -100,15 +100,17 @@ def unpack_lengths(nframes: int, buf: Buffer) -> tuple[int, ...]:
 
 
 class ReusedBuffers:
-    """Frame buffers reused from message to message while the sizes stay the same."""
+    """Frame buffers reused from message to message while the sizes stay the
+    same, made by ``allocate(nbytes)`` (default ``bytearray``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, allocate: Callable[[int], Any] = bytearray) -> None:
+        self._allocate = allocate
         self._lengths: tuple[int, ...] | None = None
-        self._buffers: list[bytearray] = []
+        self._buffers: list[Any] = []
 
-    def get(self, lengths: tuple[int, ...]) -> list[bytearray]:
+    def get(self, lengths: tuple[int, ...]) -> list[Any]:
         if lengths != self._lengths:
-            self._buffers = [bytearray(n) for n in lengths]
+            self._buffers = [self._allocate(n) for n in lengths]
             self._lengths = lengths
         return self._buffers
 

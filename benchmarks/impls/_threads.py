@@ -73,7 +73,7 @@ class Threads:
         self._lengths = bytearray()
         self._reused = ReusedBuffers()
 
-    def recv(self) -> list[bytearray]:
+    def recv(self) -> list[Any]:
         if not _recv_exact(self.sock, self._count):
             raise ConnClosed
         nframes = check_nframes(U64.unpack(self._count)[0])
@@ -113,6 +113,17 @@ class Threads:
         finally:
             for conn in conns:
                 conn.close()
+
+
+class ThreadsUninit(Threads):
+    """`Threads` with its reused frame buffers from ``uninitialized_allocator``
+    (``numpy.empty``: transparent huge pages from 4 MiB), as ``readinto-uninit``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        from tornado_readinto.allocators import uninitialized_allocator
+
+        self._reused = ReusedBuffers(uninitialized_allocator)
 
 
 def _prepare(sock: socket.socket, timeout_s: float) -> socket.socket:

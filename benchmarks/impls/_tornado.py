@@ -200,6 +200,20 @@ class ReadIntoNoSpin(ReadInto):
     stream_kwargs = {"busy_poll_s": 0}
 
 
+class ReadIntoUninit(ReadInto):
+    """`ReadInto` with its reused frame buffers from
+    ``uninitialized_allocator`` (``numpy.empty``, which numpy backs with
+    transparent huge pages from 4 MiB, as ``BufferPool`` does), where
+    `ReadInto` reuses ``bytearray`` objects (4 KiB pages where huge pages
+    are opt-in)."""
+
+    def __init__(self, stream: IOStream) -> None:
+        super().__init__(stream)
+        from tornado_readinto.allocators import uninitialized_allocator
+
+        self._reused = ReusedBuffers(uninitialized_allocator)
+
+
 class _Framed(_TornadoConn):
     """`FramedStream` over a `ReadIntoIOStream`; subclasses pick the allocator."""
 
