@@ -14,6 +14,7 @@ from tornado_readinto.busypoll import (
     DEFAULT_BUSY_POLL_S,
     MAX_BUDGET_FACTOR,
     MAX_PROBE_INTERVAL,
+    REARM_FACTOR,
     BusyPoll,
     spinner_for,
 )
@@ -122,6 +123,19 @@ def test_policy_doubles_the_budget_up_to_the_cap_for_data_just_after_the_spin():
     now += 1.0
     poll.parked(now)
     poll.data_came(now + 50 * B)  # late: no spin next time, base budget again
+    assert not poll.spin and poll.scale == 1
+
+
+def test_data_late_for_rearming_is_late_for_every_budget():
+    """``data_came`` tests for late data first (the common case on a busy
+    loop), which is the policy above only while the re-arm window is longer
+    than the longest budget: data just past it, after a spin of the
+    longest budget, stops the spinning."""
+    assert REARM_FACTOR > MAX_BUDGET_FACTOR
+    poll = BusyPoll(B, FakeSpinner())
+    poll.scale = MAX_BUDGET_FACTOR
+    poll.parked(100.0)
+    poll.data_came(100.0 + REARM_FACTOR * B * 1.001)  # just past the edge
     assert not poll.spin and poll.scale == 1
 
 

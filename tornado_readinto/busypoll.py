@@ -210,21 +210,20 @@ class BusyPoll:
             return
         self.parked_at = 0.0
         waited = now - parked_at
-        base = self.budget_s
-        spun = self.spun
-        if waited <= self.scale * base:
-            if spun:
-                self.hits += 1  # caught while spinning
-        elif waited < REARM_FACTOR * base:
-            if spun:  # the spin ended just before the data: longer next time
-                self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR)
-        else:
+        if waited >= REARM_FACTOR * self.budget_s:
+            # Late data, the common case on a busy loop: tested first.  (Later
+            # than any budget, since REARM_FACTOR > MAX_BUDGET_FACTOR.)
             if self.spin:
                 self.spin = False
                 self.interval = self.skip = 1
-            elif spun:  # a probe that found late data: probe less often
+            elif self.spun:  # a probe that found late data: probe less often
                 self.interval = self.skip = min(2 * self.interval + 1, MAX_PROBE_INTERVAL)
             self.scale = 1
             return
+        if waited <= self.scale * self.budget_s:
+            if self.spun:
+                self.hits += 1  # caught while spinning
+        elif self.spun:  # the spin ended just before the data: longer next time
+            self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR)
         self.spin = True
         self.interval = self.skip = 0
