@@ -181,6 +181,19 @@ def _gil_uncontended():
     _gilheld.held_until = 0.0
 
 
+class TrackingAllocator:
+    """A frame allocator that records every request in ``calls`` and hands
+    it to ``allocate`` (default ``bytearray``; a ``BufferPool``, say)."""
+
+    def __init__(self, allocate=bytearray):
+        self.calls = []
+        self._allocate = allocate
+
+    def __call__(self, nbytes):
+        self.calls.append(nbytes)
+        return self._allocate(nbytes)
+
+
 @contextlib.contextmanager
 def thread_until_stopped(run):
     """Run ``run(stop)`` in a daemon thread for the duration of the block;

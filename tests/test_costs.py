@@ -16,7 +16,7 @@ from tornado_readinto import iostream as iostream_module
 from tornado_readinto.allocators import BufferPool
 from tornado_readinto.testing import RecordingSocket
 
-from .conftest import run
+from .conftest import TrackingAllocator, run
 
 NMESSAGES = 200
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
@@ -117,12 +117,7 @@ def test_framed_echo_costs_one_recv_one_sendmsg_two_futures_no_pool_round_trip(l
         server, client = _pair()
         sock = server.socket
         pool = BufferPool()
-        calls = []
-
-        def allocator(nbytes):
-            calls.append(nbytes)
-            return pool(nbytes)
-
+        allocator = TrackingAllocator(pool)
         framed = FramedStream(server, allocator=allocator)
         counts = None
 
@@ -131,7 +126,7 @@ def test_framed_echo_costs_one_recv_one_sendmsg_two_futures_no_pool_round_trip(l
             for _ in range(2):  # the first read registers READ with the loop
                 await framed.write_frames(await framed.read_frames())
             sock.reset()
-            calls.clear()
+            allocator.calls.clear()
             counts = Counts(monkeypatch)
             for _ in range(NMESSAGES - 2):
                 frames = await framed.read_frames()
@@ -145,7 +140,7 @@ def test_framed_echo_costs_one_recv_one_sendmsg_two_futures_no_pool_round_trip(l
         assert len([r for r in sock.recvs if r.received]) == len(sock.recvs) == nmessages
         assert len(sock.sends) == nmessages and sock.sendmsg_buffers == [2] * nmessages
         assert (counts.parked, counts.resolved) == (nmessages, nmessages)
-        assert calls == [len(PAYLOAD)] * nmessages  # one allocator call per frame
+        assert allocator.calls == [len(PAYLOAD)] * nmessages  # one allocator call per frame
         # a 1 KiB frame is a plain bytearray: no pool bookkeeping at all
         assert (pool.hits, pool.misses, pool.nbuffers_outstanding) == (0, 0, 0)
 

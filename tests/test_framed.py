@@ -26,7 +26,7 @@ from tornado_readinto.allocators import BufferPool, bytearray_allocator, uniniti
 from tornado_readinto.errors import BufferBusyError
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import CLOCK_SLACK_S, bytes_waiting, run, until
+from .conftest import CLOCK_SLACK_S, TrackingAllocator, bytes_waiting, run, until
 
 
 @pytest.fixture(params=["plain", "tls"])
@@ -182,15 +182,6 @@ def test_framed_writes_header_and_8_frames_in_one_sendmsg():
 
 
 # -- hostile headers -------------------------------------------------------------
-
-
-class TrackingAllocator:
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, nbytes):
-        self.calls.append(nbytes)
-        return bytearray(nbytes)
 
 
 @pytest.mark.parametrize(

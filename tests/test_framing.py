@@ -34,6 +34,8 @@ from tornado_readinto.framing import (
     pack_header,
 )
 
+from .conftest import TrackingAllocator
+
 Frames = list[bytes]
 
 
@@ -307,15 +309,6 @@ def test_reader_fuzz_only_messages_need_data_or_framing_error(data: bytes, sizes
 
 
 # -- hostile headers: refused before any allocation ---------------------------
-
-
-class TrackingAllocator:
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def __call__(self, nbytes: int) -> bytearray:
-        self.calls.append(nbytes)
-        return bytearray(nbytes)
 
 
 HOSTILE = {

@@ -18,7 +18,7 @@ from tornado_readinto import iostream as iostream_module
 from tornado_readinto.errors import IncompleteReadError
 from tornado_readinto.testing import RecordingSocket
 
-from .conftest import run, until
+from .conftest import TrackingAllocator, run, until
 from .test_costs import Counts as FutureCounts
 
 NMESSAGES = 100
@@ -186,19 +186,14 @@ def test_a_framed_message_costs_one_receive_one_allocator_call_per_frame_and_two
         server = ReadIntoIOStream(server_sock, engine="transport", busy_poll_s=0)
         client = IOStream(client_sock)
         pool = BufferPool()
-        calls = []
-
-        def allocator(nbytes):
-            calls.append(nbytes)
-            return pool(nbytes)
-
+        allocator = TrackingAllocator(pool)
         framed = FramedStream(server, allocator=allocator)
 
         async def echo():
             for i in range(NMESSAGES):
                 if i == 2:  # the first read is inline, before the transport exists
                     counts.reset()
-                    calls.clear()
+                    allocator.calls.clear()
                 frames = await framed.read_frames()
                 await framed.write_frames(frames)
                 pool.release_all(frames)
@@ -212,7 +207,7 @@ def test_a_framed_message_costs_one_receive_one_allocator_call_per_frame_and_two
         n = NMESSAGES - 2
         assert server._transport is not None
         assert (counts.get_buffer, counts.buffer_updated, counts.sendmsg) == (n, n, n)
-        assert calls == [len(PAYLOAD)] * n  # one allocator call per frame
+        assert allocator.calls == [len(PAYLOAD)] * n  # one allocator call per frame
         # the read waits for the transport; the write is resolved at once
         assert (counts.parked, counts.resolved) == (n, n)
         server.close()
