@@ -63,6 +63,38 @@ def test_writelines_header_and_8_frames_is_one_sendmsg_one_future():
     run(main())
 
 
+def test_writes_sent_at_once_share_one_resolved_future_and_a_queued_write_gets_its_own():
+    async def main():
+        server, client, sock = await _recording_pair()
+        try:
+            first = server.writelines([b"a", bytearray(b"bc")])
+            second = server.write(memoryview(b"def"))
+            assert first is second and first.done() and first.result() is None
+            called = []
+            first.add_done_callback(called.append)
+            second.add_done_callback(called.append)
+            assert not second.cancel()  # done: nothing to cancel
+            assert await client.read_bytes(6) == b"abcdef"
+            await asyncio.sleep(0)  # done callbacks run at the next loop iteration (FIFO)
+            assert called == [first, first]  # each callback once, as for any done Future
+
+            # more than the socket takes: the rest is queued, under a Future of its own
+            server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            big = bytes(range(256)) * 40_000  # 10 MB
+            queued = server.write(big)
+            assert queued is not first and not queued.done()
+            assert server.write(b"!") is not first  # behind queued bytes: its own Future too
+            got = await client.read_bytes(len(big) + 1)
+            await queued
+            assert got == big + b"!"
+            assert server.write(b"x") is first  # idle again
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
 def test_stock_write_per_frame_costs_one_send_each():
     """The stock baseline we compare against: one send() per queued chunk."""
 

@@ -24,6 +24,7 @@ Strategy:
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import socket
 from collections.abc import Iterable
@@ -69,12 +70,14 @@ _CORK_MAX_BUFFER_NBYTES = 8 * 1024  # bytes
 MAX_SEND_NBYTES = 16 * 1024 * 1024  # bytes
 
 _WRITE = ioloop.IOLoop.WRITE
+_ERROR = ioloop.IOLoop.ERROR
 _STALL_S = _gilheld.STALL_S
 _COPY_S_PER_BYTE = _gilheld.COPY_S_PER_BYTE
 
 
 #: Types whose ``len`` is their size in bytes.
 _LEN_IS_NBYTES = (bytes, bytearray)
+_nbytes = operator.attrgetter("nbytes")
 
 
 def _buffer_nbytes(data: Any) -> int:
@@ -104,6 +107,9 @@ class WritePath(IOStream):
 
         def _resolved(self, result: Any) -> Future[Any]: ...
         def _write_piece_to_transport(self) -> bool: ...
+
+    # The resolved Future that `_written` hands out (made on first use).
+    _sent_future: Future[None] | None = None
 
     def set_nodelay(self, value: bool) -> None:
         """As stock `IOStream.set_nodelay`: one ``setsockopt(TCP_NODELAY)``
@@ -188,7 +194,7 @@ class WritePath(IOStream):
             # (Never behind bytes queued by someone else, e.g. dask's direct
             # _write_buffer appends: their write(b"") must wait for them.)
             if self._cork(buffers):
-                return self._resolved(None)
+                return self._written()
         sent = 0
         blocked = False  # the kernel took only part: wait for WRITE
         idle = not write_buffer and not self._write_paused and not self._connecting
@@ -198,10 +204,8 @@ class WritePath(IOStream):
             if not isinstance(buffers, (list, tuple)):
                 buffers = list(buffers)
             if len(buffers) <= IOV_MAX:
-                total = 0
-                for data in buffers:
-                    # (as _buffer_nbytes, inline: this runs per buffer)
-                    total += len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
+                # (as _buffer_nbytes, in C: no bytecode per buffer)
+                total = sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
                 try:
                     sent = self._sendmsg(buffers) if total else 0
                 except BlockingIOError:
@@ -212,7 +216,7 @@ class WritePath(IOStream):
                     if sent == total:
                         self._total_write_index += total
                         self._total_write_done_index += total
-                        return self._resolved(None)
+                        return self._written()
                     blocked = True
         self._cork_nbytes = 0  # whatever the cork holds goes out with this write
         queued = len(write_buffer)
@@ -237,6 +241,19 @@ class WritePath(IOStream):
                 self._handle_write()  # it went out at once: send on
             if self._write_buffer:
                 self._add_io_state(_WRITE)
+            self._maybe_add_error_listener()
+        return future
+
+    def _written(self) -> Future[None]:
+        """The Future of a write that was sent (or corked) at once: one
+        resolved Future per stream, shared by every such write, so that a
+        write the kernel takes makes no Future at all."""
+        future = self._sent_future
+        if future is None:
+            future = self._sent_future = Future(loop=self._loop)
+            future.set_result(None)
+        state = self._state
+        if state is None or state == _ERROR:
             self._maybe_add_error_listener()
         return future
 
