@@ -419,7 +419,8 @@ class FrameReader:
             return 0, which looks like EOF).
         :raises FramingError: if the reader failed earlier.
         """
-        self._check_usable()
+        if self._error is not None:
+            self._check_usable()  # raises
         stage = self._stage
         if stage == _FRAMES:
             view = self._current_frame()[self._frame_filled :]
@@ -452,7 +453,8 @@ class FrameReader:
             raise ValueError(f"max_buffers must be >= 1, not {max_buffers}")
         if self._stage != _FRAMES:
             return [self.get_buffer()]
-        self._check_usable()
+        if self._error is not None:
+            self._check_usable()  # raises
         first = self._current_frame()[self._frame_filled :]
         views = [first]
         handed = first.nbytes
@@ -481,7 +483,8 @@ class FrameReader:
         :raises FrameTooLargeError: if the completed header is over a limit.
         :raises FramingError: if the reader failed earlier.
         """
-        self._check_usable()
+        if self._error is not None:
+            self._check_usable()  # raises
         nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"buffer_updated() got a negative nbytes: {nbytes}")
@@ -527,7 +530,8 @@ class FrameReader:
         :raises FrameTooLargeError: if a header is over a limit.
         :raises FramingError: if the reader failed earlier.
         """
-        self._check_usable()
+        if self._error is not None:
+            self._check_usable()  # raises
         self._handed = 0  # views handed out earlier no longer describe the state
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
@@ -634,7 +638,8 @@ class FrameReader:
 
         :raises FramingError: if the reader failed earlier.
         """
-        self._check_usable()
+        if self._error is not None:
+            self._check_usable()  # raises
         if self._stage != _DONE:
             return NEED_DATA
         frames = self._frames
@@ -644,6 +649,8 @@ class FrameReader:
     # -- internals -----------------------------------------------------------
 
     def _check_usable(self) -> None:
+        """Raise if the reader failed earlier (callers test ``_error`` first:
+        this runs per call on the hot path)."""
         if self._error is not None:
             error = self._error
             raise FramingError(
@@ -738,6 +745,8 @@ class FrameReader:
     def _allocate(self, index: int, nbytes: int) -> memoryview:
         try:
             buf = self._allocator(nbytes)
+            if type(buf) is bytearray and len(buf) == nbytes:
+                return memoryview(buf)  # writable, 'B', contiguous, the size asked
             view = memoryview(buf)
             if view.readonly:
                 raise ValueError("the allocator returned a read-only buffer")
