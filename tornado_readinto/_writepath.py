@@ -9,7 +9,8 @@ Strategy:
   costs one Future.
 * On an idle plain socket the caller's buffers go out in one ``sendmsg``
   straight from the caller's objects: nothing is queued or copied unless the
-  kernel takes only part of them, and the Future is already resolved.
+  kernel takes only part of them, and when it takes them all the write
+  returns the stream's one resolved Future (no Future is made).
 * Replies written while more input is already read ahead (pipelined
   requests) are corked: held (copied, small buffers only) until the reads
   catch up, then sent together.  A reply to a lone message is never held.
@@ -164,7 +165,9 @@ class WritePath(IOStream):
         nothing is queued the buffers go out in one ``sendmsg`` straight from
         the caller's objects: nothing is copied or queued unless the kernel
         takes only part of them, and when it takes them all the returned
-        Future is already resolved.
+        Future is already resolved: the same Future for every such write of
+        the stream, so that none is made (a write that has to wait gets a
+        Future of its own).
 
         Cork: while bytes of further input are already read ahead (pipelined
         requests), a write of small buffers (each under 8 KiB, up to
