@@ -305,9 +305,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
         if busy_poll_s:
             self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
-        # _handle_events may take its short path for READ events: the
-        # selector engine, and Tornado's _handle_read hook not overridden.
-        self._lean_events = not self._use_transport and type(self)._handle_read is ReadIntoIOStream._handle_read
 
     # -- compatibility shims ---------------------------------------------------
 
@@ -636,14 +633,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """Park the pending read without trying the socket if a recv just
         proved it empty with READ registered (what receiving now would
         conclude, minus the calls): True if it parked."""
-        if (
-            self._readable_hint  # (then not _proved_empty(), whose tests follow inline)
-            or self._protocol is not None
-            or self.closed()
-            or not self._short_read_drains
-            or not (self._state or 0) & _READ
-            or perf_counter() - self._drained_at >= DRAINED_VALID_S
-        ):
+        if self._readable_hint or self._protocol is not None or self.closed() or not self._proved_empty():
             return False
         self._read_parked()
         return True
@@ -828,38 +818,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     # -- events ----------------------------------------------------------------
 
     def _handle_events(self, fd: Any, events: int) -> None:
-        if events == _READ and self._lean_events and not self._closed and not self._connecting:
-            # The common event (a connected stream on the selector engine
-            # readable): as below, with `_handle_read` inline.
-            self._readable_hint = True
-            poll = self._busy_poll
-            if poll is not None and poll.parked_at:
-                poll.data_came(perf_counter())
-            try:
-                result = self._receive_now()
-                if result is PENDING and self._read_future is not None and not self._closed:
-                    self._read_parked()
-            except UnsatisfiableReadError as e:
-                gen_log.info("Unsatisfiable read, closing connection: %s", e)
-                self.close(exc_info=e)
-                return
-            except Exception as e:
-                gen_log.warning("error on read: %s", e)
-                self.close(exc_info=e)
-                return
-            try:
-                if result is not PENDING:
-                    self._complete(result)
-                if self._closed:
-                    return
-                core = self._core
-                if self._read_future is None and core.buffered_nbytes >= core.read_chunk_size:
-                    self._update_state()  # read ahead to the full: drop READ
-            except Exception as e:
-                gen_log.error("Uncaught exception, closing connection.", exc_info=True)
-                self.close(exc_info=e)
-                raise
-            return
         if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
             return
@@ -890,7 +848,18 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
                 self.error = self.get_fd_error()
                 self.io_loop.add_callback(self.close)
                 return
-            self._update_state()
+            state = _ERROR
+            # Unlike stock, keep READ while the read-ahead buffer has room, so
+            # consecutive reads on a busy stream cost no epoll_ctl.
+            core = self._core
+            if self.reading() or core.buffered_nbytes < core.read_chunk_size:
+                state |= _READ
+            if self.writing():
+                state |= _WRITE
+            if state != self._state:
+                assert self._state is not None, "_handle_events without self._state"
+                self._state = state
+                self.io_loop.update_handler(self.fileno(), self._state)
         except UnsatisfiableReadError as e:
             gen_log.info("Unsatisfiable read, closing connection: %s", e)
             self.close(exc_info=e)
@@ -899,21 +868,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             self.close(exc_info=e)
             raise
 
-
-    def _update_state(self) -> None:
-        """After an event: register what the stream now waits for."""
-        state = _ERROR
-        # Unlike stock, keep READ while the read-ahead buffer has room, so
-        # consecutive reads on a busy stream cost no epoll_ctl.
-        core = self._core
-        if self.reading() or core.buffered_nbytes < core.read_chunk_size:
-            state |= _READ
-        if self.writing():
-            state |= _WRITE
-        if state != self._state:
-            assert self._state is not None, "_handle_events without self._state"
-            self._state = state
-            self.io_loop.update_handler(self.fileno(), self._state)
 
     # -- TLS -------------------------------------------------------------------
 
