@@ -71,6 +71,19 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
     "asyncio-protocol-exact": ("asyncio-protocol-exact", "framed"),
 }
 
+#: Lower bounds (``benchmarks/impls/_bounds.py``), not products: accepted by
+#: ``--server``, not run by default, plain TCP only.
+BOUND_SERVERS: dict[str, tuple[str, str]] = {
+    "bound-floor": ("bound-floor", "framed"),
+    "bound-tornado": ("bound-tornado", "framed"),
+}
+
+
+def _all_servers() -> dict[str, tuple[str, str]]:
+    """Every name ``--server`` takes: the load servers, then the bounds."""
+    return {**LOAD_SERVERS, **BOUND_SERVERS}
+
+
 #: The ratio columns: loop-thread CPU per message relative to these servers,
 #: same loop and same case (GIL thread or not, TLS or not included).
 BASELINES = ("asyncio-streams", "stock")
@@ -211,8 +224,13 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        server, loop = h.choice("server", LOAD_SERVERS), h.choice("loop", EVENT_LOOPS)
-        p.add_argument("--server", type=h.csv(server), help=f"comma list (default: all: {','.join(LOAD_SERVERS)})")
+        server, loop = h.choice("server", _all_servers()), h.choice("loop", EVENT_LOOPS)
+        p.add_argument(
+            "--server",
+            type=h.csv(server),
+            help=f"comma list (default: all: {','.join(LOAD_SERVERS)}; "
+            f"also the lower bounds: {','.join(BOUND_SERVERS)})",
+        )
         p.add_argument("--loop", type=h.csv(loop), help="server event loops (default: asyncio,uvloop if installed)")
         p.add_argument(
             "--clients",
@@ -267,7 +285,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
     def run_case(self, case: LoadCase, args: argparse.Namespace, round_index: int = 0) -> list[LoadResult]:
         """Run one case in a fresh server process and a fresh load-client process."""
         result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread, case.tls)
-        impl, wire = LOAD_SERVERS[case.server]
+        impl, wire = _all_servers()[case.server]
         reason = availability(IMPLS[impl], case.loop, tls=case.tls) or (_tls.unavailable() if case.tls else None)
         if reason is not None:
             result.skipped = reason
@@ -337,7 +355,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         return (r.server, r.loop, r.group)
 
     def describe(self, r: LoadResult) -> dict[str, Any]:
-        impl, wire = LOAD_SERVERS.get(r.server, (None, None))
+        impl, wire = _all_servers().get(r.server, (None, None))
         return {"impl": impl, "wire": wire, "msize_text": h.format_size(r.msize)}
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -363,10 +381,10 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
 
     def listing(self) -> str:
         """One line per server: availability on each loop, and over TLS (``--tls``)."""
-        width = max(map(len, LOAD_SERVERS))
+        width = max(map(len, _all_servers()))
         lines = []
         certificates = _tls.unavailable()
-        for name, (impl, wire) in LOAD_SERVERS.items():
+        for name, (impl, wire) in _all_servers().items():
             spec = IMPLS[impl]
             conditions = [(loop, availability(spec, loop)) for loop in EVENT_LOOPS]
             conditions.append(("tls", availability(spec, tls=True) or certificates))

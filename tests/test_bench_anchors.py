@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from benchmarks.impls import IMPLS, availability, load
-from benchmarks.impls._async import run_clients, run_loop, serve
+from benchmarks.impls._async import echo_loop, prepare_socket, run_clients, run_loop, serve
 from benchmarks.impls._asyncio import AsyncioStreams, AsyncioStreams3Reads
+from benchmarks.impls._bounds import BoundTornado
 from benchmarks.impls._common import CasePlan, ConnStats, WireError, pack_header
 from benchmarks.impls._protocol import READ_AHEAD_NBYTES, _ReadAheadProtocol
 
@@ -263,6 +264,9 @@ def _echo_case(impl: str, loop: str, msize: int, nframes: int) -> tuple[list[Con
         # lengths, each frame; and three reads per message
         "readinto",
         "readinto-3reads",
+        # the lower bounds (benchmarks/impls/_bounds.py) must be real echoes
+        "bound-floor",
+        "bound-tornado",
     ],
 )
 @pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
@@ -276,6 +280,37 @@ def test_anchor_and_readinto_echoes_verified(impl: str, loop: str, msize: int, n
     assert sent > 2 * 8 and echoed == sent
     assert sum(s.verified_messages for s in stats) == sent
     assert [s.full_compares for s in stats] == [2, 2]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_bound_tornado_does_the_per_message_duties_it_claims(loop: str) -> None:
+    """The lower bound is only a bound if it does what ReadIntoIOStream does
+    per message: every head read of a ping-pong parks and tells the busy-poll
+    policy, after a recv that proved the socket empty."""
+    pytest.importorskip(loop)
+
+    async def main() -> tuple[int, int, float]:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            b = socket.create_connection(listener.getsockname())
+            a, _ = listener.accept()
+        prepare_socket(a)
+        prepare_socket(b)
+        server = await BoundTornado.from_socket(a)
+        client = await BoundTornado.from_socket(b)
+        serving = asyncio.ensure_future(echo_loop(server))
+        frames = [bytearray(range(256)) * 4]
+        for _ in range(20):
+            await client.send(frames)
+            echo = await client.recv()
+            assert [bytes(f) for f in echo] == [bytes(frames[0])]
+        stream = server.stream
+        parks, drained_at = stream._busy_poll.parks, stream._drained_at  # type: ignore[attr-defined]
+        client.close()
+        return parks, await asyncio.wait_for(serving, 10), drained_at
+
+    parks, echoed, drained_at = run_loop(loop, main, 30)
+    assert echoed == 20
+    assert parks >= 20 and drained_at > 0
 
 
 def test_uvloop_registry_names_the_same_anchors() -> None:

@@ -320,7 +320,11 @@ def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
     assert availability(IMPLS["dask-tcp"]) is None  # plain TCP: fine
     assert _tls.unavailable() is None
     lines = SUITE.listing().splitlines()
-    assert len(lines) == len(load.LOAD_SERVERS) and all("tls: available]" in line for line in lines)
+    assert len(lines) == len(load.LOAD_SERVERS) + len(load.BOUND_SERVERS)
+    assert all("tls: available]" in line for line in lines[: len(load.LOAD_SERVERS)])
+    # the lower bounds are plain TCP only, and say so
+    assert [line.split()[0] for line in lines[len(load.LOAD_SERVERS) :]] == list(load.BOUND_SERVERS)
+    assert all("has no TLS server" in line for line in lines[len(load.LOAD_SERVERS) :])
 
 
 def test_load_server_without_tls_is_skipped_with_its_reason(
@@ -648,6 +652,31 @@ def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixtur
         ("comm", "uvloop", "comm"),
     ]
     _check_entries(entries, 4)
+    capsys.readouterr()
+
+
+def test_load_lower_bounds_run_on_both_loops_and_are_not_in_the_default_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lower bounds (benchmarks/impls/_bounds.py) are echo servers like
+    the others: every echo checked, on both loops; --server names them,
+    the default set does not, and over TLS they are skipped with the reason."""
+    pytest.importorskip("uvloop")
+    assert not set(load.BOUND_SERVERS) & set(SUITE.parse_args([]).server)
+    out = tmp_path / "load.json"
+    argv = ["--server", "bound-floor,bound-tornado", "--loop", "asyncio,uvloop", "--tls", "both", *SMOKE]
+    assert SUITE.main([*argv, "--json", str(out)]) == 0
+    entries = json.loads(out.read_text())["results"]
+    plain = [e for e in entries if not e["tls"]]
+    assert [(e["server"], e["loop"]) for e in plain] == [
+        ("bound-floor", "asyncio"),
+        ("bound-tornado", "asyncio"),
+        ("bound-floor", "uvloop"),
+        ("bound-tornado", "uvloop"),
+    ]
+    _check_entries(plain, 4)
+    tls = [e for e in entries if e["tls"]]
+    assert len(tls) == 4 and all("has no TLS server" in e["skipped"] for e in tls)
     capsys.readouterr()
 
 

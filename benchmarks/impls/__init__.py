@@ -105,6 +105,12 @@ IMPLS: dict[str, ImplSpec] = {
             "uvloop",
             ("uvloop",) + _FRAMED,
         ),
+        ImplSpec("bound-floor", "._bounds:BoundFloor", "lower bound: add_reader stream, no Tornado (not a product)"),
+        ImplSpec(
+            "bound-tornado",
+            "._bounds:BoundTornado",
+            "lower bound: bound-floor with ReadIntoIOStream's dispatch and bookkeeping",
+        ),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
         ImplSpec(
             "threads-uninit",

@@ -1,0 +1,246 @@
+"""Lower bounds, not products: the leanest streams that do the per-message
+work ours does, served by the same ``readinto`` benchmark code (``read_into``
+the 16-byte head, then each frame; one ``writelines``).
+
+* ``bound-floor``: a readiness-callback stream with no Tornado: the loop's
+  ``add_reader`` calls it, one ``recv_into`` per event into a read-ahead
+  buffer (a frame missing 64 KiB or more straight into its own buffer), a
+  Future per read that waits, ``sendmsg`` for writes.
+* ``bound-tornado``: the same stream dispatched as a Tornado stream is
+  (``IOLoop.add_handler``), doing the other per-message duties of
+  `ReadIntoIOStream`'s default settings: the readable hint and the "socket
+  proved empty" timestamp, the busy-poll policy (the real `BusyPoll`), and
+  the GIL-stall check around ``recv`` (two ``perf_counter`` reads).
+
+Neither has limits, a cancellation policy, other read modes or error
+handling beyond closing; a real stream needs those, so what these cost per
+message bounds from below what any stream with that contract costs.
+``python -m benchmarks.opcodes --impl bound-floor,bound-tornado,asyncio-streams,readinto``
+counts their bytecodes; ``benchmarks.load`` times them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Sequence
+from operator import attrgetter
+from time import perf_counter
+from typing import Any
+
+from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
+
+from tornado_readinto import _gilheld
+from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
+
+from ._tornado import ReadInto
+
+#: The read-ahead buffer (a frame that does not fit is received in place).
+READ_AHEAD_NBYTES = 256 << 10
+_nbytes = attrgetter("nbytes")
+#: A pending read missing this many bytes or more receives into its own buffer.
+DIRECT_NBYTES = 64 << 10
+#: How long a recv that found the socket empty counts as proof (as ours).
+DRAINED_VALID_S = 0.05
+#: A recv longer than this is a GIL stall (as ours, without the per-byte term).
+STALL_S = 1e-3
+
+
+class FloorStream:
+    """See the module docstring: ``read_into`` and ``writelines`` on a
+    non-blocking socket, from the loop's readiness callback."""
+
+    def __init__(self, sock: socket.socket, **_: Any) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._loop = asyncio.get_running_loop()
+        self._buf = bytearray(READ_AHEAD_NBYTES)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+        self._target: memoryview | None = None
+        self._filled = 0
+        self._future: asyncio.Future[int] | None = None
+        self._sent: asyncio.Future[None] | None = None  # shared by writes sent at once
+        self._closed = False
+        self._watch()
+
+    # -- what the bound-tornado subclass changes --------------------------------
+
+    def _watch(self) -> None:
+        self._loop.add_reader(self._fd, self._readable)
+
+    def _unwatch(self) -> None:
+        self._loop.remove_reader(self._fd)
+
+    def _recv(self, view: memoryview) -> int | None:
+        try:
+            return self._sock.recv_into(view)
+        except BlockingIOError:
+            return None
+
+    def _park(self) -> None:
+        """A read waits for the loop."""
+
+    # -- the stream ------------------------------------------------------------
+
+    def _readable(self) -> None:
+        target = self._target
+        filled = self._filled
+        if target is not None and len(target) - filled >= DIRECT_NBYTES:
+            try:
+                n = self._recv(target[filled:])
+            except OSError:
+                n = 0
+            if n:
+                self._filled = filled = filled + n
+                if filled == len(target):
+                    self._finish(filled)
+            elif n == 0:
+                self.close()
+            return
+        start, end = self._start, self._end
+        if start == end:
+            self._start = self._end = start = end = 0
+        elif end == len(self._buf):  # compact
+            self._view[: end - start] = self._view[start:end]
+            self._start, self._end = start, end = 0, end - start
+            if end == len(self._buf):
+                return  # full and idle (target None): the next read takes some
+        try:
+            n = self._recv(self._view[end:])
+        except OSError:
+            n = 0
+        if n:
+            self._end = end = end + n
+            if target is not None:
+                take = len(target) - filled
+                if take > end - start:
+                    take = end - start
+                target[filled : filled + take] = self._view[start : start + take]
+                self._start = start + take
+                self._filled = filled = filled + take
+                if filled == len(target):
+                    self._finish(filled)
+        elif n == 0:
+            self.close()
+
+    def _finish(self, nbytes: int) -> None:
+        future = self._future
+        assert future is not None and self._target is not None
+        self._target.release()
+        self._target = self._future = None
+        future.set_result(nbytes)
+
+    def read_into(self, buf: Any) -> asyncio.Future[int]:
+        """Fill ``buf`` (a writable buffer); resolve to its size."""
+        view = memoryview(buf)
+        if type(buf) is not bytearray:
+            view = view.cast("B")
+        want = len(view)
+        start = self._start
+        take = self._end - start
+        if take > want:
+            take = want
+        future: asyncio.Future[int] = self._loop.create_future()
+        if take == want:
+            view[:] = self._view[start : start + take]
+            self._start = start + take
+            view.release()
+            future.set_result(want)
+            return future
+        if self._closed:
+            raise StreamClosedError()
+        if take:
+            view[:take] = self._view[start : start + take]
+            self._start = start + take
+        self._target, self._filled, self._future = view, take, future
+        self._park()
+        return future
+
+    def writelines(self, buffers: Sequence[Any]) -> asyncio.Future[None]:
+        """One ``sendmsg``; what the kernel does not take goes out with
+        ``loop.sock_sendall``."""
+        total = sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
+        try:
+            sent = self._sock.sendmsg(buffers)
+        except BlockingIOError:
+            sent = 0
+        if sent == total:
+            future = self._sent
+            if future is None:
+                future = self._sent = self._loop.create_future()
+                future.set_result(None)
+            return future
+        rest = b"".join(bytes(b) for b in buffers)[sent:]
+        return asyncio.ensure_future(self._loop.sock_sendall(self._sock, rest))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._unwatch()
+        self._sock.close()
+        future = self._future
+        if future is not None and not future.done():
+            self._future = None
+            future.set_exception(StreamClosedError())
+
+
+class TornadoBoundStream(FloorStream):
+    """`FloorStream` dispatched and bookkept as `ReadIntoIOStream` is (see
+    the module docstring)."""
+
+    def __init__(self, sock: socket.socket, **_: Any) -> None:
+        self._io_loop = IOLoop.current()
+        self._readable_hint = False
+        self._drained_at = 0.0
+        super().__init__(sock)
+        self._busy_poll = BusyPoll(DEFAULT_BUSY_POLL_S, spinner_for(self._loop))
+
+    def _watch(self) -> None:
+        self._io_loop.add_handler(self._fd, self._events, IOLoop.READ)
+
+    def _unwatch(self) -> None:
+        self._io_loop.remove_handler(self._fd)
+
+    def _events(self, fd: int, events: int) -> None:
+        self._readable_hint = True
+        poll = self._busy_poll
+        if poll.parked_at:
+            poll.data_came(perf_counter())
+        self._readable()
+
+    def _recv(self, view: memoryview) -> int | None:
+        start = perf_counter()
+        received = super()._recv(view)
+        end = perf_counter()
+        if end - start > STALL_S:
+            _gilheld.note_stall(end)
+        if received is None or received < len(view):
+            self._readable_hint = False
+            self._drained_at = end
+        return received
+
+    def _park(self) -> None:
+        now = perf_counter()
+        if self._readable_hint or now - self._drained_at >= DRAINED_VALID_S:
+            self._readable()  # the socket may have data: try it now
+            if self._future is None:
+                return
+        if now >= _gilheld.held_until:
+            self._busy_poll.parked(now)
+
+
+class BoundFloor(ReadInto):
+    """``readinto``'s benchmark code on `FloorStream`."""
+
+    stream_class = FloorStream  # type: ignore[assignment]
+    supports_tls = False
+
+
+class BoundTornado(ReadInto):
+    """``readinto``'s benchmark code on `TornadoBoundStream`."""
+
+    stream_class = TornadoBoundStream  # type: ignore[assignment]
+    supports_tls = False
