@@ -9,8 +9,11 @@ the 16-byte head, then each frame; one ``writelines``).
 * ``bound-tornado``: the same stream dispatched as a Tornado stream is
   (``IOLoop.add_handler``), doing the other per-message duties of
   `ReadIntoIOStream`'s default settings: the readable hint and the "socket
-  proved empty" timestamp, the busy-poll policy (the real `BusyPoll`), and
-  the GIL-stall check around ``recv`` (two ``perf_counter`` reads).
+  proved empty" timestamp (restarted at each write, as ours), the busy-poll
+  policy (the real `BusyPoll`), the GIL-stall checks around ``recv`` and
+  ``sendmsg`` (two ``perf_counter`` reads each) and the received-bytes
+  count.  It leaves out the cork test, the event handler's engine and
+  connect tests and the error listener.
 
 Neither has limits, a cancellation policy, other read modes or error
 handling beyond closing; a real stream needs those, so what these cost per
@@ -32,6 +35,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
 from tornado_readinto import _gilheld
+from tornado_readinto import iostream as _iostream
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 
 from ._tornado import ReadInto
@@ -41,10 +45,8 @@ READ_AHEAD_NBYTES = 256 << 10
 _nbytes = attrgetter("nbytes")
 #: A pending read missing this many bytes or more receives into its own buffer.
 DIRECT_NBYTES = 64 << 10
-#: How long a recv that found the socket empty counts as proof (as ours).
-DRAINED_VALID_S = 0.05
-#: A recv longer than this is a GIL stall (as ours, without the per-byte term).
-STALL_S = 1e-3
+#: Ours: how long a recv that found the socket empty counts as proof.
+DRAINED_VALID_S = _iostream.DRAINED_VALID_S
 
 
 class FloorStream:
@@ -63,6 +65,8 @@ class FloorStream:
         self._future: asyncio.Future[int] | None = None
         self._sent: asyncio.Future[None] | None = None  # shared by writes sent at once
         self._closed = False
+        self._paused = False  # full read-ahead, no read pending: not watching
+        self._sending: asyncio.Future[None] | None = None  # the rest of a partial send
         self._watch()
 
     # -- what the bound-tornado subclass changes --------------------------------
@@ -105,8 +109,10 @@ class FloorStream:
         elif end == len(self._buf):  # compact
             self._view[: end - start] = self._view[start:end]
             self._start, self._end = start, end = 0, end - start
-            if end == len(self._buf):
-                return  # full and idle (target None): the next read takes some
+            if end == len(self._buf):  # full and idle (target None)
+                self._unwatch()  # (level-triggered: else called again at once)
+                self._paused = True
+                return
         try:
             n = self._recv(self._view[end:])
         except OSError:
@@ -155,25 +161,43 @@ class FloorStream:
             view[:take] = self._view[start : start + take]
             self._start = start + take
         self._target, self._filled, self._future = view, take, future
+        if self._paused:
+            self._paused = False
+            self._watch()
         self._park()
         return future
 
     def writelines(self, buffers: Sequence[Any]) -> asyncio.Future[None]:
         """One ``sendmsg``; what the kernel does not take goes out with
-        ``loop.sock_sendall``."""
+        ``loop.sock_sendall``, and later writes queue behind it."""
+        sending = self._sending
+        if sending is not None and not sending.done():
+            return self._send_after(sending, b"".join(map(bytes, buffers)))
         total = sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
-        try:
-            sent = self._sock.sendmsg(buffers)
-        except BlockingIOError:
-            sent = 0
+        sent = self._send(buffers)
         if sent == total:
             future = self._sent
             if future is None:
                 future = self._sent = self._loop.create_future()
                 future.set_result(None)
             return future
-        rest = b"".join(bytes(b) for b in buffers)[sent:]
-        return asyncio.ensure_future(self._loop.sock_sendall(self._sock, rest))
+        self._sending = self._send_after(None, b"".join(map(bytes, buffers))[sent:])
+        return self._sending
+
+    def _send(self, buffers: Sequence[Any]) -> int:
+        try:
+            return self._sock.sendmsg(buffers)
+        except BlockingIOError:
+            return 0
+
+    def _send_after(self, before: asyncio.Future[None] | None, data: bytes) -> asyncio.Future[None]:
+        async def send() -> None:
+            if before is not None:
+                await before
+            await self._loop.sock_sendall(self._sock, data)
+
+        self._sending = future = asyncio.ensure_future(send())
+        return future
 
     def close(self) -> None:
         if self._closed:
@@ -195,6 +219,7 @@ class TornadoBoundStream(FloorStream):
         self._io_loop = IOLoop.current()
         self._readable_hint = False
         self._drained_at = 0.0
+        self.nbytes_received = 0
         super().__init__(sock)
         self._busy_poll = BusyPoll(DEFAULT_BUSY_POLL_S, spinner_for(self._loop))
 
@@ -205,6 +230,8 @@ class TornadoBoundStream(FloorStream):
         self._io_loop.remove_handler(self._fd)
 
     def _events(self, fd: int, events: int) -> None:
+        if self._closed:
+            return
         self._readable_hint = True
         poll = self._busy_poll
         if poll.parked_at:
@@ -215,12 +242,24 @@ class TornadoBoundStream(FloorStream):
         start = perf_counter()
         received = super()._recv(view)
         end = perf_counter()
-        if end - start > STALL_S:
+        if end - start > _gilheld.STALL_S + (received or 0) * _gilheld.COPY_S_PER_BYTE:
             _gilheld.note_stall(end)
         if received is None or received < len(view):
             self._readable_hint = False
             self._drained_at = end
+        if received:
+            self.nbytes_received += received
         return received
+
+    def _send(self, buffers: Sequence[Any]) -> int:
+        if not self._readable_hint:
+            self._drained_at = perf_counter()  # as ours: the peer answers after this write
+        start = perf_counter()
+        sent = super()._send(buffers)
+        end = perf_counter()
+        if end - start > _gilheld.STALL_S + sent * _gilheld.COPY_S_PER_BYTE:
+            _gilheld.note_stall(end)
+        return sent
 
     def _park(self) -> None:
         now = perf_counter()
