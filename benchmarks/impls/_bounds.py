@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Sequence
-from operator import attrgetter
 from time import perf_counter
 from typing import Any
 
@@ -36,13 +35,13 @@ from tornado.iostream import StreamClosedError
 
 from tornado_readinto import _gilheld
 from tornado_readinto import iostream as _iostream
+from tornado_readinto._writepath import _total_nbytes
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 
 from ._tornado import ReadInto
 
 #: The read-ahead buffer (a frame that does not fit is received in place).
 READ_AHEAD_NBYTES = 256 << 10
-_nbytes = attrgetter("nbytes")
 #: A pending read missing this many bytes or more receives into its own buffer.
 DIRECT_NBYTES = 64 << 10
 #: Ours: how long a recv that found the socket empty counts as proof.
@@ -173,7 +172,7 @@ class FloorStream:
         sending = self._sending
         if sending is not None and not sending.done():
             return self._send_after(sending, b"".join(map(bytes, buffers)))
-        total = sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
+        total = _total_nbytes(buffers)  # as ours
         sent = self._send(buffers)
         if sent == total:
             future = self._sent
@@ -181,8 +180,7 @@ class FloorStream:
                 future = self._sent = self._loop.create_future()
                 future.set_result(None)
             return future
-        self._sending = self._send_after(None, b"".join(map(bytes, buffers))[sent:])
-        return self._sending
+        return self._send_after(None, b"".join(map(bytes, buffers))[sent:])
 
     def _send(self, buffers: Sequence[Any]) -> int:
         try:
