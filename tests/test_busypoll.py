@@ -4,6 +4,7 @@ on uvloop.  These check what happens (spins, hits, ticks, when the spinner stops
 never how fast: the clock they read is explicit."""
 
 import asyncio
+import os
 import socket
 import threading
 
@@ -31,9 +32,14 @@ class FakeSpinner:
     def __init__(self):
         self.deadlines = []
 
+        self.misses = []
+
     def spin_until(self, deadline):
         self.deadlines.append(deadline)
         return True
+
+    def missed(self, now):
+        self.misses.append(now)
 
 
 # -- the policy, on explicit clocks ------------------------------------------------
@@ -159,6 +165,7 @@ def clock(stream_clock, monkeypatch):
     behind (executors), the process counts as having none."""
     monkeypatch.setattr(busypoll, "perf_counter", stream_clock)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # even if run on one CPU
     return stream_clock
 
 
@@ -174,6 +181,7 @@ def test_a_parked_read_never_spins_while_another_thread_runs_python(loop_name, m
     from tornado_readinto import _gilheld
 
     monkeypatch.setattr(_gilheld, "note_stall", lambda now: None)
+    monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # a policy to watch, even on one CPU
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=1.0)
@@ -409,3 +417,166 @@ def test_a_saturated_loop_stops_spinning(loop_name, clock, npairs):
         # the first read of each stream spins, catches nothing, and no
         # read spins after it
         assert spins <= npairs * 2
+
+
+# -- one CPU, a CPU quota, a contended CPU ----------------------------------------
+
+
+def test_policy_reports_every_spin_that_missed_its_data():
+    """Data after the spin (a little later, or late): the spinner hears of it,
+    since that spin may have kept the CPU the data needed; a hit, or a park
+    that did not spin, is not reported."""
+    spinner = FakeSpinner()
+    poll = BusyPoll(B, spinner)
+    poll.parked(100.0)
+    poll.data_came(100.0 + B / 2)  # a hit
+    poll.parked(101.0)
+    poll.data_came(101.0 + 2 * B)  # a little later: a miss
+    poll.parked(102.0)
+    poll.data_came(102.0 + 100 * B)  # late: a miss too
+    poll.parked(103.0)  # not spinning now (late data)
+    poll.data_came(103.0 + 100 * B)
+    assert spinner.misses == [101.0 + 2 * B, 102.0 + 100 * B]
+
+
+@pytest.fixture
+def limits(monkeypatch):
+    """Inject the CPU limits the process reads (affinity, cgroup v2 and v1
+    quotas, cpu_count), read afresh for each test; the cache is cleared
+    again afterwards."""
+    from tornado_readinto import _cpus
+
+    def inject(affinity=2, v2=None, v1=None, count=2):
+        monkeypatch.setattr(_cpus, "affinity_cpus", lambda: affinity)
+        monkeypatch.setattr(_cpus, "cgroup_v2_cpus", lambda: v2)
+        monkeypatch.setattr(_cpus, "cgroup_v1_cpus", lambda: v1)
+        monkeypatch.setattr(_cpus.os, "cpu_count", lambda: count)
+        _cpus.usable_cpus.cache_clear()
+
+    yield inject
+    _cpus.usable_cpus.cache_clear()
+
+
+def _parked_reads(loop_name, nreads=20):
+    """``nreads`` reads that park on a fresh stream pair (busy polling asked
+    for, 1 s budget, the clock standing still): how many spinner ticks they
+    caused, and the server's busy-poll policy (None: not made)."""
+    result = {}
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=1.0)
+        spinner = spinner_for(asyncio.get_running_loop())
+        ticks = spinner.ticks
+        try:
+            for i in range(nreads):
+                reading = server.read_into(bytearray(4))  # parks: nothing there
+                await client.write(b"%4d" % i)
+                assert await reading == 4
+            result["ticks"] = spinner.ticks - ticks
+            result["poll"] = server._busy_poll
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+    return result["ticks"], result["poll"]
+
+
+@pytest.mark.parametrize(
+    "one_cpu",
+    [
+        {"affinity": 1},  # taskset -c 1
+        {"v2": 1.0},  # cpu.max "100000 100000"
+        {"v2": 1.5},  # a quota under two CPUs
+        {"v1": 1.0},  # cfs_quota_us = cfs_period_us
+        {"count": 1},  # a one-CPU machine
+    ],
+    ids=["affinity", "cgroup-v2", "cgroup-v2-1.5", "cgroup-v1", "cpu_count"],
+)
+def test_on_one_cpu_a_parked_read_never_asks_the_loop_to_spin(loop_name, stream_clock, limits, monkeypatch, one_cpu):
+    """With less than two usable CPUs, the stream makes no busy-poll policy:
+    its parked reads never schedule a spinner tick, and complete as usual."""
+    monkeypatch.setattr(busypoll, "perf_counter", stream_clock)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    limits(**one_cpu)
+    assert not busypoll.room_to_spin()
+    ticks, poll = _parked_reads(loop_name)
+    assert ticks == 0 and poll is None
+
+
+def test_with_two_cpus_and_no_quota_a_parked_read_spins_as_before(loop_name, stream_clock, limits, monkeypatch):
+    monkeypatch.setattr(busypoll, "perf_counter", stream_clock)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    limits(affinity=2, v2=None, v1=None, count=2)
+    assert busypoll.room_to_spin()
+    ticks, poll = _parked_reads(loop_name)
+    assert ticks > 0 and poll.parks == 20 and poll.spins == 20
+    stream_clock.now += 10  # let the spinner stop
+
+
+class Waits:
+    """An injected ``thread_run_delay_s``: the seconds a thread waited for a
+    CPU, as the test sets them; counts the reads."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.reads = 0
+
+    def __call__(self):
+        self.reads += 1
+        return self.seconds
+
+
+def test_a_spinner_that_waited_for_its_cpu_stops_spinning_for_a_while(monkeypatch):
+    """A spin that missed while the loop thread waited, runnable, for a CPU a
+    quarter of the time or more (one CPU shared with the peer, other load):
+    spins are refused for CONTENDED_HOLD_S, then allowed again."""
+    waits = Waits()
+    monkeypatch.setattr(busypoll, "thread_run_delay_s", waits)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
+    spinner._call_soon = lambda callback: None  # no loop runs: only the verdict is tested
+    t = 100.0
+    spinner.missed(t)  # the first look only sets the baseline
+    assert spinner.spin_until(t + B) and spinner.contended == 0
+    waits.seconds += 0.5 * 0.02  # waited half of the next 20 ms
+    spinner.missed(t + 0.02)
+    assert spinner.contended == 1 and waits.reads == 2
+    assert not spinner.spin_until(t + 0.02 + B)
+    assert not spinner.spin_until(t + 0.02 + busypoll.CONTENDED_HOLD_S - B)
+    assert spinner.spin_until(t + 0.02 + busypoll.CONTENDED_HOLD_S)
+
+
+def test_a_spinner_with_a_cpu_to_itself_keeps_spinning(monkeypatch):
+    """Misses with next to no wait for a CPU (the peer simply answers later
+    than the budget, on its own CPU) never stop the spinner; looks are
+    rate-limited to one per CONTENTION_SAMPLE_S however often spins miss."""
+    waits = Waits()
+    monkeypatch.setattr(busypoll, "thread_run_delay_s", waits)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
+    spinner._call_soon = lambda callback: None
+    t = 100.0
+    for i in range(1000):  # a miss every 100 us for 100 ms
+        waits.seconds += 1e-6  # 1% of the time waiting
+        spinner.missed(t + i * 1e-4)
+    assert spinner.contended == 0 and spinner.spin_until(t + 1.0)
+    assert waits.reads == pytest.approx(0.1 / busypoll.CONTENTION_SAMPLE_S, abs=1)
+
+
+def test_a_spinner_without_schedstat_decides_from_the_limits_alone(monkeypatch):
+    monkeypatch.setattr(busypoll, "thread_run_delay_s", lambda: None)
+    monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
+    spinner._call_soon = lambda callback: None
+    for i in range(100):
+        spinner.missed(100.0 + i)
+    assert spinner.contended == 0 and spinner.spin_until(200.0)
+
+
+def test_thread_run_delay_is_read_where_linux_has_it():
+    delay = busypoll.thread_run_delay_s()
+    if os.path.exists(busypoll.SCHEDSTAT_PATH):
+        assert isinstance(delay, float) and delay >= 0
+    else:
+        assert delay is None

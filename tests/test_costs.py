@@ -80,6 +80,7 @@ def test_read_into_echo_costs_one_recv_one_sendmsg_two_futures_per_message(
     # spinning is refused while other threads exist (earlier tests may have
     # left idle executor threads): let the spinning case spin
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
+    monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # even if run on one CPU
 
     async def main():
         server, client = _pair(busy_poll_s=busy_poll_s)

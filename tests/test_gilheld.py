@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, busypoll
 from tornado_readinto import iostream as iostream_module
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
@@ -372,6 +372,7 @@ def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name
     (HOLD_S is stretched so that no probe ends the switch mid-test on a slow
     machine.)"""
     monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
+    monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # a policy to watch, even on one CPU
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)

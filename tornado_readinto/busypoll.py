@@ -26,6 +26,24 @@ Strategy:
   microsecond saving into milliseconds.  No public API tells whether another
   thread wants the GIL, so any other thread counts; the check costs about
   0.3 us per parked read.
+* A process spins only where it has at least two CPUs to itself
+  (`room_to_spin`: its CPU affinity, its cgroup CPU quota and
+  ``os.cpu_count()``, read once per process by `tornado_readinto._cpus`).
+  On one CPU the spinning side keeps the CPU that a local peer needs in
+  order to answer, so the answer comes only after the spin gives up: every
+  message then pays the whole spin and a context switch (0.4x stock in a
+  one-CPU echo, against 3x with two CPUs).  Under a CPU quota a spin burns
+  quota and gets the whole container throttled.
+* Evidence at run time: a CPU can also be taken by other load that no limit
+  shows (a busy neighbour process, an undetected quota).  When a spin misses
+  its data, the spinner looks at how long its thread waited, runnable, for a
+  CPU (``run_delay`` in ``/proc/thread-self/schedstat``; at most one read per
+  `CONTENTION_SAMPLE_S`): a thread that waited `CONTENDED_FRACTION` of the
+  time since the last look competes for its CPU, and the loop stops
+  spinning for `CONTENDED_HOLD_S`, then tries again.  Only misses are looked
+  at, since a spin that catches its data did not take the CPU from whoever
+  sent it.  Where the file does not exist (other systems) only the limits
+  decide.
 * `BusyPoll` is the adaptive policy of one stream.  Every parked read
   measures how long its data took, spinning or not, and the next read spins
   if the last data came soon.  Data within the budget: spin again.  Data a
@@ -47,19 +65,27 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from time import perf_counter
 from typing import Callable
 
+from . import _cpus
+
 __all__ = [
+    "CONTENDED_FRACTION",
+    "CONTENDED_HOLD_S",
+    "CONTENTION_SAMPLE_S",
     "DEFAULT_BUSY_POLL_S",
+    "MIN_CPUS_TO_SPIN",
     "MAX_BUDGET_FACTOR",
     "MAX_PROBE_INTERVAL",
     "REARM_FACTOR",
     "BusyPoll",
     "LoopSpinner",
     "other_threads",
+    "room_to_spin",
     "spinner_for",
 ]
 
@@ -83,6 +109,51 @@ MAX_PROBE_INTERVAL = 255
 #: (200 us by default).
 MAX_BUDGET_FACTOR = 4
 
+#: A process spins only with at least this many usable CPUs (`room_to_spin`):
+#: one for the spinning loop, one for whoever is to answer it.
+MIN_CPUS_TO_SPIN = 2
+
+#: A loop thread that waited, runnable, for a CPU this fraction of the time
+#: between two looks competes for its CPU: its spinner stops.  (A spinning
+#: one-CPU ping-pong waits about half the time; a loop with a CPU to itself,
+#: next to nothing.)
+CONTENDED_FRACTION = 0.25
+
+#: How long a spinner found contended stays off before it may spin again.
+CONTENDED_HOLD_S = 1.0  # seconds
+
+#: The least time between two looks at the loop thread's wait for a CPU: at
+#: most 100 reads of a small /proc file per second (a few us each), however
+#: often spins miss.
+CONTENTION_SAMPLE_S = 10e-3  # seconds
+
+#: Where Linux counts a thread's time spent waiting, runnable, for a CPU (the
+#: second field, in nanoseconds).
+SCHEDSTAT_PATH = "/proc/thread-self/schedstat"
+
+
+def room_to_spin() -> bool:
+    """True where this process has at least `MIN_CPUS_TO_SPIN` CPUs: its
+    affinity, its cgroup CPU quota and ``os.cpu_count()`` all allow them
+    (read once per process, see `tornado_readinto._cpus.usable_cpus`)."""
+    return _cpus.usable_cpus() >= MIN_CPUS_TO_SPIN
+
+
+def thread_run_delay_s() -> float | None:
+    """Seconds the calling thread has waited, runnable, for a CPU since it
+    started, or None where the system does not say (three syscalls)."""
+    try:
+        fd = os.open(SCHEDSTAT_PATH, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fields = os.read(fd, 128).split()
+        return int(fields[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
 
 class LoopSpinner:
     """Keeps one event loop polling instead of blocking until a deadline.
@@ -96,14 +167,29 @@ class LoopSpinner:
     loop's thread.
     """
 
-    __slots__ = ("_call_soon", "_deadline", "_running", "ticks", "__weakref__")
+    __slots__ = (
+        "_call_soon",
+        "_deadline",
+        "_running",
+        "_off_until",
+        "_sampled_at",
+        "_run_delay_s",
+        "ticks",
+        "contended",
+        "__weakref__",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._call_soon: Callable[..., object] = loop.call_soon
         self._deadline = 0.0
         self._running = False
+        self._off_until = 0.0  # refuse spins before this (perf_counter s)
+        self._sampled_at = 0.0  # when run_delay was last read (0: never)
+        self._run_delay_s = 0.0  # ...and what it said
         #: Callbacks run so far (for tests and statistics).
         self.ticks = 0
+        #: Times the loop thread was found waiting for its CPU (`missed`).
+        self.contended = 0
 
     @property
     def spinning(self) -> bool:
@@ -113,9 +199,10 @@ class LoopSpinner:
     def spin_until(self, deadline: float) -> bool:
         """Keep the loop polling until ``perf_counter() >= deadline`` (or a
         later deadline already asked for).  Refused (returns False, nothing
-        scheduled) while another Python thread exists: see the module
-        docstring."""
-        if other_threads():
+        scheduled) while another Python thread exists, and for
+        `CONTENDED_HOLD_S` after `missed` found the loop thread waiting for
+        its CPU: see the module docstring."""
+        if deadline < self._off_until or other_threads():
             return False
         if deadline > self._deadline:
             self._deadline = deadline
@@ -123,6 +210,26 @@ class LoopSpinner:
             self._running = True
             self._call_soon(self._tick)
         return True
+
+    def missed(self, now: float) -> None:
+        """A spin ended before its data came (``now``: perf_counter seconds).
+        At most once per `CONTENTION_SAMPLE_S`, read how long the loop thread
+        has waited for a CPU since the last read; if that is
+        `CONTENDED_FRACTION` of the time or more, refuse spins for
+        `CONTENDED_HOLD_S`.  Call it from the loop's thread."""
+        elapsed = now - self._sampled_at
+        if elapsed < CONTENTION_SAMPLE_S:
+            return
+        run_delay_s = thread_run_delay_s()
+        if run_delay_s is None:
+            return
+        waited = run_delay_s - self._run_delay_s
+        first = not self._sampled_at
+        self._sampled_at = now
+        self._run_delay_s = run_delay_s
+        if not first and elapsed <= CONTENDED_HOLD_S and waited >= CONTENDED_FRACTION * elapsed:
+            self.contended += 1
+            self._off_until = now + CONTENDED_HOLD_S
 
     def _tick(self) -> None:
         self.ticks += 1
@@ -213,6 +320,8 @@ class BusyPoll:
         if waited >= REARM_FACTOR * self.budget_s:
             # Late data, the common case on a busy loop: tested first.  (Later
             # than any budget, since REARM_FACTOR > MAX_BUDGET_FACTOR.)
+            if self.spun:  # a spin that missed (and may have delayed) the data
+                self.spinner.missed(now)
             if self.spin:
                 self.spin = False
                 self.interval = self.skip = 1
@@ -225,5 +334,6 @@ class BusyPoll:
                 self.hits += 1  # caught while spinning
         elif self.spun:  # the spin ended just before the data: longer next time
             self.scale = min(2 * self.scale, MAX_BUDGET_FACTOR)
+            self.spinner.missed(now)  # ...unless it took the CPU the data needed
         self.spin = True
         self.interval = self.skip = 0

@@ -84,7 +84,7 @@ from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
 
-from . import _gilheld, _transport
+from . import _gilheld, _transport, busypoll
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
 from ._tornado_compat import (
     IOStream,
@@ -303,7 +303,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
         self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
-        if busy_poll_s:
+        if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
             self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
 
     # -- compatibility shims ---------------------------------------------------
