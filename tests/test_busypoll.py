@@ -514,6 +514,13 @@ def test_with_two_cpus_and_no_quota_a_parked_read_spins_as_before(loop_name, str
     stream_clock.now += 10  # let the spinner stop
 
 
+class NoLoop:
+    """Stands in for an event loop that never runs its callbacks."""
+
+    def call_soon(self, callback, *args):
+        pass
+
+
 class Waits:
     """An injected ``thread_run_delay_s``: the seconds a thread waited for a
     CPU, as the test sets them; counts the reads."""
@@ -534,8 +541,7 @@ def test_a_spinner_that_waited_for_its_cpu_stops_spinning_for_a_while(monkeypatc
     waits = Waits()
     monkeypatch.setattr(busypoll, "thread_run_delay_s", waits)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
-    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
-    spinner._call_soon = lambda callback: None  # no loop runs: only the verdict is tested
+    spinner = busypoll.LoopSpinner(NoLoop())  # no loop runs: only the verdict is tested
     t = 100.0
     spinner.missed(t)  # the first look only sets the baseline
     assert spinner.spin_until(t + B) and spinner.contended == 0
@@ -554,8 +560,7 @@ def test_a_spinner_with_a_cpu_to_itself_keeps_spinning(monkeypatch):
     waits = Waits()
     monkeypatch.setattr(busypoll, "thread_run_delay_s", waits)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
-    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
-    spinner._call_soon = lambda callback: None
+    spinner = busypoll.LoopSpinner(NoLoop())
     t = 100.0
     for i in range(1000):  # a miss every 100 us for 100 ms
         waits.seconds += 1e-6  # 1% of the time waiting
@@ -567,8 +572,7 @@ def test_a_spinner_with_a_cpu_to_itself_keeps_spinning(monkeypatch):
 def test_a_spinner_without_schedstat_decides_from_the_limits_alone(monkeypatch):
     monkeypatch.setattr(busypoll, "thread_run_delay_s", lambda: None)
     monkeypatch.setattr(busypoll, "other_threads", lambda: False)
-    spinner = busypoll.LoopSpinner(asyncio.new_event_loop())
-    spinner._call_soon = lambda callback: None
+    spinner = busypoll.LoopSpinner(NoLoop())
     for i in range(100):
         spinner.missed(100.0 + i)
     assert spinner.contended == 0 and spinner.spin_until(200.0)
