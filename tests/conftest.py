@@ -109,17 +109,6 @@ def loop_name(request):
     return request.param
 
 
-@pytest.fixture(params=["selector", "transport"])
-def engine(request, monkeypatch):
-    """Every test that takes it runs with each engine as the default for the
-    plain streams it builds (``TORNADO_READINTO_ENGINE``); TLS streams run on
-    the selector engine either way."""
-    from tornado_readinto import _transport
-
-    monkeypatch.setenv(_transport.ENV_VAR, request.param)
-    return request.param
-
-
 @pytest.fixture(scope="session")
 def tls_contexts():
     """(server_ctx, client_ctx) from a throwaway CA made by trustme, valid for
@@ -151,7 +140,7 @@ class Clock:
 @pytest.fixture
 def stream_clock(monkeypatch):
     """An explicit clock for the streams (`tornado_readinto.iostream`, its
-    write path and its transport engine read ``perf_counter`` for busy
+    write path read ``perf_counter`` for busy
     polling, for how long a short recv proves a socket empty, and to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
@@ -164,9 +153,9 @@ def stream_clock(monkeypatch):
 
 def patch_stream_clock(monkeypatch, clock):
     """Make every module of the streams read ``clock`` for ``perf_counter``."""
-    from tornado_readinto import _transport, _writepath, iostream
+    from tornado_readinto import _writepath, iostream
 
-    for module in (iostream, _writepath, _transport):
+    for module in (iostream, _writepath):
         monkeypatch.setattr(module, "perf_counter", clock)
 
 

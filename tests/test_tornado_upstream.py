@@ -1,6 +1,5 @@
 """Tornado's own iostream test suite, run unchanged against our classes, on
-both engines (plain streams; TLS streams run on the selector engine) and both
-event loops.
+both event loops.
 
 The upstream module is imported (not its classes) so that pytest does not
 collect the upstream tests a second time under their own names.
@@ -27,21 +26,11 @@ def _server_ssl_options():
 
 
 class TestReadIntoIOStream(upstream.TestIOStreamMixin):
-    engine = "selector"
-
     def _make_server_iostream(self, connection, **kwargs):
-        return self._checked(ReadIntoIOStream(connection, engine=self.engine, **kwargs))
+        return ReadIntoIOStream(connection, **kwargs)
 
     def _make_client_iostream(self, connection, **kwargs):
-        return self._checked(ReadIntoIOStream(connection, engine=self.engine, **kwargs))
-
-    def _checked(self, stream):
-        assert stream.engine == self.engine
-        return stream
-
-
-class TestReadIntoIOStreamTransport(TestReadIntoIOStream):
-    engine = "transport"
+        return ReadIntoIOStream(connection, **kwargs)
 
 
 class TestSSLReadIntoIOStream(upstream.TestIOStreamMixin):
@@ -69,19 +58,13 @@ class TestSSLReadIntoIOStreamContext(upstream.TestIOStreamMixin):
 
 
 class TestReadIntoIOStreamWebHTTP(upstream.AsyncHTTPTestCase, upstream.TestIOStreamWebMixin):
-    engine = "selector"
-
     def _make_client_iostream(self):
         import socket
 
-        return ReadIntoIOStream(socket.socket(), engine=self.engine)
+        return ReadIntoIOStream(socket.socket())
 
     def get_app(self):
         return self.mixin_get_app()
-
-
-class TestReadIntoIOStreamWebHTTPTransport(TestReadIntoIOStreamWebHTTP):
-    engine = "transport"
 
 
 class TestSSLReadIntoIOStreamWebHTTPS(upstream.AsyncHTTPSTestCase, upstream.TestIOStreamWebMixin):
@@ -110,10 +93,6 @@ class TestReadIntoIOStreamUvloop(_OnUvloop, TestReadIntoIOStream):
     pass
 
 
-class TestReadIntoIOStreamTransportUvloop(_OnUvloop, TestReadIntoIOStreamTransport):
-    pass
-
-
 class TestSSLReadIntoIOStreamUvloop(_OnUvloop, TestSSLReadIntoIOStream):
     pass
 
@@ -123,10 +102,6 @@ class TestSSLReadIntoIOStreamContextUvloop(_OnUvloop, TestSSLReadIntoIOStreamCon
 
 
 class TestReadIntoIOStreamWebHTTPUvloop(_OnUvloop, TestReadIntoIOStreamWebHTTP):
-    pass
-
-
-class TestReadIntoIOStreamWebHTTPTransportUvloop(_OnUvloop, TestReadIntoIOStreamWebHTTPTransport):
     pass
 
 

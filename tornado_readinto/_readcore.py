@@ -4,8 +4,8 @@ Strategy:
 
 * The core has the shape of an ``asyncio.BufferedProtocol``.  An engine asks
   it where the next received bytes go (`ReadCore.get_buffer`), receives into
-  that view (``sock.recv_into(view)`` from a readable callback, or an event
-  loop's own transport), and says how many arrived
+  that view (``sock.recv_into(view)`` from a readable callback), and says
+  how many arrived
   (`ReadCore.buffer_updated`), which completes the pending read when it can.
   `ReadCore.eof_received` and `ReadCore.connection_lost` end the stream.
 * Starting a read (`ReadCore.read_into`, `ReadCore.read_bytes`,
@@ -453,24 +453,6 @@ class ReadCore:
                     self._reserve(half)
             assert self._ra_view is not None
             view = self._ra_view[self._start + size :]
-        self._lent = view
-        self._direct = False
-        return view
-
-    def get_overflow_buffer(self) -> memoryview:
-        """Where received bytes go when `get_buffer` had no room (no read
-        pending, ``read_chunk_size`` bytes read ahead): the free tail of the
-        read-ahead buffer, made to hold at least half a ``read_chunk_size``
-        more.  For an engine whose loop may receive once more before its
-        pause takes effect (a loop's transport starts reading right after
-        ``connection_made``); the bytes still count against
-        ``max_buffer_size``.  Valid until the next call on the core.
-        """
-        if self._lent is not None:
-            self._drop_lent()
-        self._reserve(max(1, self.read_chunk_size // 2))
-        assert self._ra_view is not None
-        view = self._ra_view[self._start + self.buffered_nbytes :]
         self._lent = view
         self._direct = False
         return view

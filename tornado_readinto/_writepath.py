@@ -17,9 +17,7 @@ Strategy:
 * ``sendmsg`` is timed; while other threads hold the GIL it goes through
   `tornado_readinto._gilheld` (``writev`` that keeps the GIL).
 * TLS streams (no ``sendmsg``) send through Tornado's own path, one
-  ``SSL_write`` per coalesced segment.  On the transport engine, what the
-  kernel does not take goes to the transport in copied pieces (see
-  `tornado_readinto._transport`).
+  ``SSL_write`` per coalesced segment.
 """
 
 from __future__ import annotations
@@ -108,12 +106,8 @@ class WritePath(IOStream):
         _gather: bool
         _own_socket_io: bool
         _tcp: bool
-        _use_transport: bool
-        _write_paused: bool
-        _transport_held: int
 
         def _resolved(self, result: Any) -> Future[Any]: ...
-        def _write_piece_to_transport(self) -> bool: ...
 
     # The resolved Future that `_written` hands out (made on first use).
     _sent_future: Future[None] | None = None
@@ -133,15 +127,13 @@ class WritePath(IOStream):
 
     @property
     def write_buffer_nbytes(self) -> int:
-        """Bytes queued and not yet sent (0 once closed): for backpressure.
-        On the transport engine this includes what the transport holds."""
+        """Bytes queued and not yet sent (0 once closed): for backpressure."""
         write_buffer = self._write_buffer
-        return len(write_buffer) + self._transport_held if write_buffer is not None else 0
+        return len(write_buffer) if write_buffer is not None else 0
 
     def writing(self) -> bool:
-        """As stock: True while written bytes wait to be sent (on the
-        transport engine, in the transport too)."""
-        return bool(self._write_buffer) or self._write_paused
+        """As stock: True while written bytes wait to be sent."""
+        return bool(self._write_buffer)
 
     def write(self, data: Any) -> Future[None]:
         """Queue ``data`` and send what the socket takes now; the Future
@@ -206,7 +198,7 @@ class WritePath(IOStream):
                 return self._written()
         sent = 0
         blocked = False  # the kernel took only part: wait for WRITE
-        idle = not write_buffer and not self._write_paused and not self._connecting
+        idle = not write_buffer and not self._connecting
         if idle and self._gather and self.max_write_buffer_size is None:
             # Idle plain socket: one sendmsg straight from the caller's
             # buffers; only what the kernel did not take is queued below.
@@ -232,7 +224,7 @@ class WritePath(IOStream):
             if not isinstance(buffers, (list, tuple)):
                 buffers = list(buffers)
             nbytes = _total_nbytes(buffers)
-            if queued + self._transport_held + nbytes > self.max_write_buffer_size:
+            if queued + nbytes > self.max_write_buffer_size:
                 raise StreamBufferFullError("Reached maximum write buffer size")
         for data in buffers:
             write_buffer.append(data)
@@ -245,8 +237,6 @@ class WritePath(IOStream):
         if not self._connecting:
             if not blocked:
                 self._handle_write()
-            elif self._use_transport and self._write_piece_to_transport():
-                self._handle_write()  # it went out at once: send on
             if self._write_buffer:
                 self._add_io_state(_WRITE)
             self._maybe_add_error_listener()
@@ -317,8 +307,6 @@ class WritePath(IOStream):
         return sent  # type: ignore[no-any-return]
 
     def _handle_write(self) -> None:
-        if self._write_paused:
-            return  # the transport holds a piece: resume_writing comes
         if not self._gather:
             # TLS: one SSL_write per segment.  Small writes arrive coalesced
             # into chunks (record-sized or larger), and a retry after "want
@@ -328,34 +316,29 @@ class WritePath(IOStream):
             return
         write_buffer = self._write_buffer
         sendmsg = self._sendmsg
-        while True:
-            while write_buffer:
-                views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
-                try:
-                    offered = 0
-                    for view in views:
-                        offered += len(view)
-                    sent = sendmsg(views)
-                except BlockingIOError:
-                    break
-                except OSError as e:
-                    if not self._is_connreset(e):
-                        gen_log.warning("Write error on %s: %s", self.fileno(), e)
-                    self.close(exc_info=e)
-                    return
-                finally:
-                    for view in views:
-                        view.release()
-                if not sent:
-                    break
-                write_buffer.advance(sent)
-                self._total_write_done_index += sent
-                if sent < offered:
-                    break  # the socket buffer is full: wait for WRITE
-            # The transport engine: the kernel is full, so a piece goes to the
-            # transport; if it went out at once after all, send on.
-            if not (write_buffer and self._use_transport) or self._closed or not self._write_piece_to_transport():
+        while write_buffer:
+            views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
+            try:
+                offered = 0
+                for view in views:
+                    offered += len(view)
+                sent = sendmsg(views)
+            except BlockingIOError:
                 break
+            except OSError as e:
+                if not self._is_connreset(e):
+                    gen_log.warning("Write error on %s: %s", self.fileno(), e)
+                self.close(exc_info=e)
+                return
+            finally:
+                for view in views:
+                    view.release()
+            if not sent:
+                break
+            write_buffer.advance(sent)
+            self._total_write_done_index += sent
+            if sent < offered:
+                break  # the socket buffer is full: wait for WRITE
         done_index = self._total_write_done_index
         futures = self._write_futures
         while futures and futures[0][0] <= done_index:

@@ -65,18 +65,18 @@ Strategy:
 Layout: this module is the Tornado face and the selector engine; the read
 state machine is `tornado_readinto._readcore`, the write path (``write``,
 ``writelines``, the cork, the gather send) the mixin
-`tornado_readinto._writepath.WritePath`, and the transport engine
-`tornado_readinto._transport` (its protocol and the stream's half, the mixin
-``TransportEngine``).
+`tornado_readinto._writepath.WritePath`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import ssl
 import sys
+import warnings
 from time import perf_counter
 from typing import Any, Union
 
@@ -84,7 +84,7 @@ from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
 
-from . import _gilheld, _transport, busypoll
+from . import _gilheld, busypoll
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
 from ._tornado_compat import (
     IOStream,
@@ -95,7 +95,6 @@ from ._tornado_compat import (
     default_ssl_context,
     ssl_wrap_socket,
 )
-from ._transport import TransportEngine
 from ._writepath import CORK_MAX_NBYTES, IOV_MAX, MAX_SEND_NBYTES, WritePath
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 from .errors import BufferBusyError, ReadIntoError
@@ -121,6 +120,26 @@ __all__ = [
 #: within tens of microseconds of the last ``recv`` and keep the saving of the
 #: ``recv`` that would fail with EAGAIN.
 DRAINED_VALID_S = 1e-3  # seconds
+
+
+#: The environment variable that chose the retired transport engine; a
+#: process that sets it is warned once that it is ignored.
+ENGINE_ENV_VAR = "TORNADO_READINTO_ENGINE"
+
+_NOT_GIVEN: Any = object()
+_engine_env_warned = False
+
+
+def _warn_engine_env() -> None:
+    """Warn once per process if `ENGINE_ENV_VAR` is set: it is ignored."""
+    global _engine_env_warned
+    if not _engine_env_warned and os.environ.get(ENGINE_ENV_VAR):
+        _engine_env_warned = True
+        warnings.warn(
+            f"{ENGINE_ENV_VAR} is ignored: the transport engine was retired",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 #: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
@@ -177,7 +196,7 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
-class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
+class ReadIntoIOStream(WritePath, IOStream):
     """A drop-in `tornado.iostream.IOStream` with a zero-copy `read_into`.
 
     Takes the same arguments as `IOStream`.  Every stock method keeps its
@@ -199,31 +218,10 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
       the read with `IncompleteReadError` (a ``StreamClosedError``) carrying the
       expected and received byte counts.
 
-    Two engines carry the bytes; the read core, the limits and every method
-    behave the same on both:
-
-    * ``engine="selector"`` (the default): ``recv_into`` and ``sendmsg`` from
-      the loop's readiness callbacks, as Tornado does, with the GIL kept
-      across them while another thread is seen to hold it;
-    * ``engine="transport"``: the running loop's own transport
-      (``loop.connect_accepted_socket``, an ``asyncio.BufferedProtocol``)
-      receives into the buffers the read core hands out, in C on uvloop.  It
-      is made when a read first has to wait (reads before that are inline);
-      writes still go out with the stream's own ``sendmsg`` while the kernel
-      takes them, and the transport sends a 64 KiB copy only when the kernel
-      is full.  Closing aborts the transport, which closes the socket
-      itself at the loop's next iteration.  It costs about the same CPU per
-      small message as the selector engine (0.74-1.21x over three runs) and
-      delivers 1.5-9x less throughput while another thread holds the GIL, so
-      it is not the default.
-      TLS streams, socket wrappers and subclasses with their own
-      ``read_from_fd`` run on the selector engine whatever is asked.
-
-    :arg engine: ``"selector"``, ``"transport"``, ``"auto"`` (the selector)
-        or None: the ``TORNADO_READINTO_ENGINE`` environment variable, else
-        ``"auto"``.  The chosen one is the `engine` attribute.
     :arg busy_poll_s: see `tornado_readinto.busypoll`.
-    :raises ValueError: an unknown ``engine``, or a negative ``busy_poll_s``.
+    :arg engine: ignored, with a ``DeprecationWarning``: the transport
+        engine was retired (so was ``TORNADO_READINTO_ENGINE``).
+    :raises ValueError: a negative ``busy_poll_s``.
 
     .. versionadded:: 0.1
     """
@@ -232,17 +230,22 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     _short_read_drains = True
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
-    # Plain sockets may run on the event loop's transport (engine=).
-    _transport_capable = True
 
     def __init__(
         self,
         socket: socket.socket,
         *args: Any,
         busy_poll_s: float = DEFAULT_BUSY_POLL_S,
-        engine: str | None = None,
+        engine: object = _NOT_GIVEN,
         **kwargs: Any,
     ) -> None:
+        if engine is not _NOT_GIVEN:
+            warnings.warn(
+                "ReadIntoIOStream(engine=...) is ignored: the transport engine was retired",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        _warn_engine_env()
         if not busy_poll_s >= 0:
             raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
         #: Base busy-poll budget of a pending read that parks (0: never spin);
@@ -265,24 +268,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         self._drained_at = 0.0
         #: Bytes received so far (for idle timeouts and statistics).
         self.nbytes_received = 0
-        chosen = _transport.choose_engine(engine, socket)  # raises for a bad name
-        # A subclass that reads through its own read_from_fd (Tornado's hook
-        # for that) gets the engine that calls it.
-        if not self._transport_capable or type(self).read_from_fd is not ReadIntoIOStream.read_from_fd:
-            chosen = "selector"
-        #: What carries the stream's bytes: ``"selector"`` (``recv_into`` and
-        #: ``sendmsg`` from the loop's readiness callbacks) or ``"transport"``
-        #: (the event loop's own transport; see the ``engine`` argument).
-        self.engine = chosen
-        self._use_transport = self.engine == "transport"
-        # The transport engine's protocol (once the transport is being made),
-        # its transport (once made), and its state.
-        self._protocol: _transport.StreamProtocol | None = None
-        self._transport: asyncio.Transport | None = None
-        self._attach_task: asyncio.Task[None] | None = None
-        self._write_paused = False  # the transport holds unsent bytes
-        self._transport_held = 0  # bytes of the piece handed to the transport
-        self._reading_paused = False  # paused: idle, read-ahead full
         super().__init__(socket, *args, **kwargs)
         # Same append/peek/advance contract as Tornado's _StreamBuffer (which
         # dask.distributed appends to directly), plus peek_buffers for sendmsg.
@@ -618,7 +603,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         return result
 
     def _read_parked(self) -> None:
-        """The pending read waits for the engine (selector or transport):
+        """The pending read waits for the selector:
         send the replies the cork holds (the reads caught up), and tell the
         busy poll that a read parked."""
         if self._cork_nbytes:
@@ -633,7 +618,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """Park the pending read without trying the socket if a recv just
         proved it empty with READ registered (what receiving now would
         conclude, minus the calls): True if it parked."""
-        if self._readable_hint or self._protocol is not None or self.closed() or not self._proved_empty():
+        if self._readable_hint or self.closed() or not self._proved_empty():
             return False
         self._read_parked()
         return True
@@ -647,7 +632,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             self._complete(result)
         elif not self._closed:
             state = self._state
-            if state is None or not state & _READ or self._reading_paused:
+            if state is None or not state & _READ:
                 self._add_io_state(_READ)
 
     def _read_would_wait(self) -> bool:
@@ -657,8 +642,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         Lets a serving loop skip its own yield between requests."""
         if self._core.buffered_nbytes:
             return False
-        # The transport delivers bytes only from the loop's own callbacks.
-        return self._protocol is not None or self._proved_empty()
+        return self._proved_empty()
 
     def _proved_empty(self) -> bool:
         """The last recv, less than `DRAINED_VALID_S` ago, found the (plain)
@@ -675,10 +659,8 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """Feed the read core what the socket has now: ``recv_into`` the
         buffer it hands out, then tell it how many bytes arrived; return the
         pending read's result or `PENDING`."""
-        if self._protocol is not None or (not self._readable_hint and self._proved_empty()):
-            # Wait for the selector, or for the transport (which owns the
-            # socket once it is being made; until then reads are inline).
-            return PENDING
+        if not self._readable_hint and self._proved_empty():
+            return PENDING  # wait for the selector
         core = self._core
         if not core.reading:
             # Idle read-ahead (READ stays registered): one recv bounded by the
@@ -765,8 +747,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         return received  # type: ignore[no-any-return]
 
     def _signal_closed(self) -> None:
-        self._write_paused = False
-        self._transport_held = 0
         future = self._read_future
         # The core says what the pending read fails with (IncompleteReadError
         # with counts, the reader's own error, or StreamClosedError), and gives
@@ -808,8 +788,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             if result is not PENDING:
                 self._complete(result)
             if self._state is not None:
-                if self._protocol is None:
-                    self.io_loop.remove_handler(self.fileno())
+                self.io_loop.remove_handler(self.fileno())
                 self._state = None
             self.close_fd()
             self._closed = True
@@ -820,9 +799,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     def _handle_events(self, fd: Any, events: int) -> None:
         if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
-            return
-        if self._use_transport:
-            self._connected_for_transport(fd)
             return
         try:
             if self._connecting:
@@ -890,25 +866,12 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             or self._closed
             or self._core.buffered_nbytes
             or self._write_buffer
-            or self._write_paused
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
         if ssl_options is None:
             ssl_options = default_ssl_context(server_side)
         sock = self.socket
-        protocol = self._protocol
-        if protocol is None:
-            self.io_loop.remove_handler(sock)
-        elif not protocol.started:
-            # The transport engine had not begun to make its transport.
-            if self._attach_task is not None:
-                self._attach_task.cancel()
-        else:
-            # The transport (made or being made) owns the socket and closes
-            # it: TLS goes on over a duplicate of it.
-            sock = sock.dup()
-            if self._transport is not None:
-                self._transport.abort()
+        self.io_loop.remove_handler(sock)
         self.socket = None  # type: ignore[assignment]
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
@@ -952,9 +915,6 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):
     _short_read_drains = False
     # Its socket starts plain and is wrapped after connect(): decide here.
     _gather = False
-    # TLS runs on the selector engine only.
-    _transport_capable = False
-
     # SSL_read through the ssl object (SSLIOStream's), never the plain path.
     read_from_fd = SSLIOStream.read_from_fd
 
