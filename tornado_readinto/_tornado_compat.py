@@ -1,10 +1,15 @@
-"""The one place that names Tornado internals this package depends on.
+"""The one place that names the Tornado stream internals this package
+depends on.
 
 `ReadIntoIOStream` subclasses `tornado.iostream.IOStream` and replaces its read
 and write machinery, so it necessarily uses private attributes and helpers of
 ``tornado.iostream``.  They are listed (and imported) here so that a Tornado
 release that changes them fails loudly at import time, and so that one test
 (`tests/test_tornado_compat.py`) can check that they still exist.
+
+This module imports ``tornado.iostream``, ``tornado.netutil`` and
+``tornado.concurrent`` only: the stream and its core import no HTTP module.
+The entry points' internals are `tornado_readinto._tornado_entry_points`'.
 """
 
 from __future__ import annotations
@@ -14,14 +19,6 @@ from typing import Any
 
 import tornado
 from tornado.concurrent import future_set_result_unless_cancelled
-from tornado.http1connection import (
-    HTTP1Connection,
-    HTTP1ServerConnection,
-    _ExceptionLoggingContext,
-    _GzipMessageDelegate,
-)
-from tornado.httpclient import HTTPRequest, _RequestProxy
-from tornado.httpserver import HTTPServer, _CallableAdapter, _HTTPRequestContext, _ProxyAdapter
 from tornado.iostream import (
     _ERRNO_CONNRESET,
     IOStream,
@@ -32,36 +29,12 @@ from tornado.iostream import (
     _StreamBuffer,
 )
 from tornado.netutil import _client_ssl_defaults, _server_ssl_defaults, ssl_wrap_socket
-from tornado.routing import _RoutingDelegate
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from tornado.tcpclient import TCPClient
-from tornado.tcpserver import TCPServer
-from tornado.util import Configurable
-from tornado.web import _HandlerDelegate
 
 __all__ = [
     "MIN_TORNADO",
-    "PRIVATE_ENTRY_POINT_HOOKS",
-    "PRIVATE_INSTANCE_ATTRS",
     "PRIVATE_SSL_STREAM_HOOKS",
     "PRIVATE_STREAM_ATTRS",
     "PRIVATE_STREAM_HOOKS",
-    "Configurable",
-    "HTTP1Connection",
-    "HTTP1ServerConnection",
-    "HTTPRequest",
-    "HTTPServer",
-    "SimpleAsyncHTTPClient",
-    "TCPClient",
-    "TCPServer",
-    "_RequestProxy",
-    "_CallableAdapter",
-    "_HTTPRequestContext",
-    "_ExceptionLoggingContext",
-    "_GzipMessageDelegate",
-    "_HandlerDelegate",
-    "_ProxyAdapter",
-    "_RoutingDelegate",
     "IOStream",
     "SSLIOStream",
     "StreamBufferFullError",
@@ -72,7 +45,6 @@ __all__ = [
     "_client_ssl_defaults",
     "_server_ssl_defaults",
     "default_ssl_context",
-    "check_entry_point_hooks",
     "check_stream_attrs",
     "future_set_result_unless_cancelled",
     "ssl_wrap_socket",
@@ -154,62 +126,3 @@ def default_ssl_context(server_side: bool) -> ssl.SSLContext:
 def check_stream_attrs(stream: object) -> list[str]:
     """Return the names in `PRIVATE_STREAM_ATTRS` that ``stream`` lacks."""
     return [name for name in PRIVATE_STREAM_ATTRS if not hasattr(stream, name)]
-
-
-#: Private class-level names of Tornado's entry points that
-#: `tornado_readinto.tcpserver`, `.tcpclient`, `.httpclient`, `.websocket` and
-#: `.installation` override or call, as ``(class, name)``.  Checked at import
-#: (`check_entry_point_hooks`), so that a Tornado that renames one fails here
-#: rather than silently building stock streams.
-PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
-    (TCPServer, "_handle_connection"),  # builds the accepted stream
-    (TCPClient, "_create_stream"),  # builds the connecting stream
-    (Configurable, "_save_configuration"),  # install() / uninstall()
-    (Configurable, "_restore_configuration"),
-    (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
-    (HTTP1Connection, "_read_fixed_body"),  # ReadIntoHTTP1Connection: bodies via read_into
-    (HTTP1Connection, "_format_chunk"),  # ReadIntoHTTP1Connection.write_headers frames its gathered chunk
-    (HTTP1Connection, "_parse_headers"),  # ReadIntoHTTP1Connection: the request's headers have arrived
-    (HTTP1ServerConnection, "_server_request_loop"),  # ReadIntoHTTP1ServerConnection: its own serving loop
-)
-
-#: Private instance attributes set by Tornado's ``__init__``/``initialize``
-#: that we read or replace: ``TCPClient._own_resolver`` (who closes the
-#: resolver), ``SimpleAsyncHTTPClient.tcp_client`` (the client's connection
-#: factory) and ``WebSocketClientConnection.tcp_client``; and, for
-#: `tornado_readinto.httpserver`, the HTTP message delegate chain it walks
-#: (``_GzipMessageDelegate._delegate``/``_decompressor``, ``_ProxyAdapter`` and
-#: ``_RoutingDelegate`` ``.delegate``), where the body is stored
-#: (``_HandlerDelegate.chunks``, ``_CallableAdapter._chunks``: a bytearray in
-#: Tornado 6.6, a list in 6.5, that ``finish()`` turns into ``request.body``),
-#: whether it is streamed (``_HandlerDelegate.stream_request_body``) and
-#: whether the response is finished (``HTTP1Connection._write_finished``);
-#: and what ``HTTPServer.handle_stream`` passes to a connection it builds
-#: (``protocol``, ``trusted_downstream``, ``conn_params``, ``_connections``),
-#: which `ReadIntoHTTPServer.handle_stream` does in its place.
-#: An instance is needed to see them; ``tests/test_tornado_compat.py`` checks
-#: them.
-PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
-    "tornado.tcpclient.TCPClient": ("_own_resolver", "resolver"),
-    "tornado.simple_httpclient.SimpleAsyncHTTPClient": ("tcp_client", "resolver"),
-    "tornado.websocket.WebSocketClientConnection": ("tcp_client",),
-    "tornado.http1connection.HTTP1Connection": ("_write_finished", "params", "is_client", "stream"),
-    "tornado.httpserver.HTTPServer": ("protocol", "trusted_downstream", "conn_params", "_connections"),
-    "tornado.http1connection.HTTP1ServerConnection": ("stream", "params", "context"),
-    "tornado.http1connection._GzipMessageDelegate": ("_delegate", "_decompressor"),
-    "tornado.httpserver._ProxyAdapter": ("delegate",),
-    "tornado.httpserver._CallableAdapter": ("_chunks",),
-    "tornado.routing._RoutingDelegate": ("delegate",),
-    "tornado.web._HandlerDelegate": ("chunks", "stream_request_body"),
-}
-
-
-def check_entry_point_hooks() -> list[str]:
-    """Return ``"Class.name"`` for each entry in `PRIVATE_ENTRY_POINT_HOOKS`
-    that this Tornado lacks."""
-    return [f"{cls.__name__}.{name}" for cls, name in PRIVATE_ENTRY_POINT_HOOKS if not hasattr(cls, name)]
-
-
-_missing = check_entry_point_hooks()
-if _missing:
-    raise ImportError(f"tornado_readinto does not support tornado {tornado.version}: it lacks {', '.join(_missing)}")
