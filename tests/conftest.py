@@ -139,8 +139,8 @@ class Clock:
 
 @pytest.fixture
 def stream_clock(monkeypatch):
-    """An explicit clock for the streams (`tornado_readinto.iostream`, its
-    write path read ``perf_counter`` for busy
+    """An explicit clock for the streams (their core,
+    `tornado_readinto._streamcore`, reads ``perf_counter`` for busy
     polling, for how long a short recv proves a socket empty, and to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
@@ -152,11 +152,10 @@ def stream_clock(monkeypatch):
 
 
 def patch_stream_clock(monkeypatch, clock):
-    """Make every module of the streams read ``clock`` for ``perf_counter``."""
-    from tornado_readinto import _writepath, iostream
+    """Make the streams' core read ``clock`` for ``perf_counter``."""
+    from tornado_readinto import _streamcore
 
-    for module in (iostream, _writepath):
-        monkeypatch.setattr(module, "perf_counter", clock)
+    monkeypatch.setattr(_streamcore, "perf_counter", clock)
 
 
 @pytest.fixture(autouse=True)

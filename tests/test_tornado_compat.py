@@ -8,7 +8,6 @@ import sys
 from tornado.iostream import IOStream, SSLIOStream
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat, _tornado_entry_points
-from tornado_readinto._writepath import WritePath
 from tornado_readinto.writebuffer import ChunkedWriteBuffer
 
 from .conftest import run
@@ -47,7 +46,6 @@ def test_compat_every_override_of_a_tornado_stream_method_is_listed():
     listed = set(_tornado_compat.PRIVATE_STREAM_HOOKS) | set(_tornado_compat.PRIVATE_SSL_STREAM_HOOKS)
     ours_and_theirs = (
         (ReadIntoIOStream, IOStream),
-        (WritePath, IOStream),  # its write path
         (SSLReadIntoIOStream, SSLIOStream),
     )
     for ours, theirs in ours_and_theirs:

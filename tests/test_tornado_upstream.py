@@ -7,11 +7,14 @@ collect the upstream tests a second time under their own names.
 
 import os
 import ssl
+from unittest import mock
 
 from tornado.netutil import ssl_options_to_context, ssl_wrap_socket
 from tornado.test import iostream_test as upstream
+from tornado.testing import gen_test
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto._streamcore import StreamCore
 
 from . import _upstream
 
@@ -25,7 +28,27 @@ def _server_ssl_options():
     )
 
 
-class TestReadIntoIOStream(upstream.TestIOStreamMixin):
+class _OurReadSeam:
+    """Upstream tests that patch a private seam of Tornado's read path, which
+    these streams do not use (every read goes through
+    ``ReadIntoIOStream._read`` and the core's ``receive``), run against the
+    equivalent seam here: the promise tested stays the same."""
+
+    @gen_test
+    def test_read_until_close_with_error(self):
+        # Upstream patches BaseIOStream._try_inline_read: an error of the
+        # inline read is raised to the caller of read_until_close.
+        server, client = yield self.make_iostream_pair()
+        try:
+            with mock.patch.object(StreamCore, "receive", side_effect=IOError("boom")):
+                with self.assertRaisesRegex(IOError, "boom"):
+                    client.read_until_close()
+        finally:
+            server.close()
+            client.close()
+
+
+class TestReadIntoIOStream(_OurReadSeam, upstream.TestIOStreamMixin):
     def _make_server_iostream(self, connection, **kwargs):
         return ReadIntoIOStream(connection, **kwargs)
 
@@ -33,7 +56,7 @@ class TestReadIntoIOStream(upstream.TestIOStreamMixin):
         return ReadIntoIOStream(connection, **kwargs)
 
 
-class TestSSLReadIntoIOStream(upstream.TestIOStreamMixin):
+class TestSSLReadIntoIOStream(_OurReadSeam, upstream.TestIOStreamMixin):
     def _make_server_iostream(self, connection, **kwargs):
         ssl_ctx = ssl_options_to_context(_server_ssl_options(), server_side=True)
         connection = ssl_ctx.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
@@ -43,7 +66,7 @@ class TestSSLReadIntoIOStream(upstream.TestIOStreamMixin):
         return SSLReadIntoIOStream(connection, ssl_options=dict(cert_reqs=ssl.CERT_NONE), **kwargs)
 
 
-class TestSSLReadIntoIOStreamContext(upstream.TestIOStreamMixin):
+class TestSSLReadIntoIOStreamContext(_OurReadSeam, upstream.TestIOStreamMixin):
     def _make_server_iostream(self, connection, **kwargs):
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(**_server_ssl_options())

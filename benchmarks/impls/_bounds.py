@@ -35,7 +35,7 @@ from tornado.iostream import StreamClosedError
 
 from tornado_readinto import _gilheld
 from tornado_readinto import iostream as _iostream
-from tornado_readinto._writepath import _total_nbytes
+from tornado_readinto._streamcore import _total_nbytes
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 
 from ._tornado import ReadInto
