@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, busypoll
-from tornado_readinto import _streamcore
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, _streamcore, busypoll
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 

@@ -40,7 +40,7 @@ class _OurReadSeam:
         # inline read is raised to the caller of read_until_close.
         server, client = yield self.make_iostream_pair()
         try:
-            with mock.patch.object(StreamCore, "receive", side_effect=IOError("boom")):
+            with mock.patch.object(StreamCore, "receive", side_effect=OSError("boom")):
                 with self.assertRaisesRegex(IOError, "boom"):
                     client.read_until_close()
         finally:
