@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """`ReadCore`: the read state machine of a stream, with no socket and no loop.
 
 Strategy:

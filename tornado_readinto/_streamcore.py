@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """`StreamCore`: one object that owns a stream's socket I/O.
 
 It is the read core (`tornado_readinto._readcore.ReadCore`, which it
