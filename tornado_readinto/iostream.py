@@ -517,7 +517,7 @@ class ReadIntoIOStream(IOStream):
             future.add_done_callback(_retrieve)
             raise StreamClosedError(real_error=self.error)
         state = self._state
-        registered = state is not None and bool(state & _READ)
+        registered = state is not None and state & _READ != 0
         try:
             if core.readable_hint or not core.proved_empty(registered):
                 result = core.receive()
@@ -573,7 +573,7 @@ class ReadIntoIOStream(IOStream):
         if core.buffered_nbytes:
             return False
         state = self._state
-        return core.proved_empty(state is not None and bool(state & _READ))
+        return core.proved_empty(state is not None and state & _READ != 0)
 
     def _readable(self) -> None:
         """A READ event: receive for the pending read (or read ahead)."""
