@@ -495,8 +495,9 @@ class RecyclingAllocator:
 
     Fresh memory is expensive to write the first time: the kernel zeroes
     every page on its first touch (a 100 MiB echo is markedly slower through
-    a fresh buffer per message: see the performance page).  glibc's ``free`` returns allocations this large to the kernel at
-    once, so each new large frame pays the zeroing again.  This allocator
+    a fresh buffer per message: see the performance page).  glibc's ``free``
+    returns allocations this large to the kernel at once, so each new large
+    frame pays the zeroing again.  This allocator
     keeps them instead, up to ``max_retained_nbytes``.
 
     Requests of at least ``min_nbytes`` get a numpy ``uint8`` array over a
