@@ -200,8 +200,9 @@ class StreamCore(ReadCore):
         direct_min_nbytes: int = DIRECT_READ_MIN_NBYTES,
     ) -> None:
         super().__init__(read_chunk_size, max_buffer_size, direct_min_nbytes)
-        #: The socket (plain streams receive and send on it directly).
-        self.sock = sock
+        #: The socket (plain streams receive and send on it directly; None
+        #: only for a TLS stream's core, or once start_tls took the socket).
+        self.sock: socket.socket = sock  # type: ignore[assignment]
         #: Sends gather with ``sendmsg`` (else ``write_to_fd`` per segment).
         self.gather = gather
         #: A short ``recv`` proves the socket empty (not on TLS).
@@ -322,7 +323,6 @@ class StreamCore(ReadCore):
         :raises OSError: the receive failed.
         """
         sock = self.sock
-        assert sock is not None
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
             try:
@@ -520,7 +520,6 @@ class StreamCore(ReadCore):
         :raises OSError: the send failed.
         """
         sock = self.sock
-        assert sock is not None
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
             return _gilheld.writev(sock.fileno(), buffers)

@@ -864,7 +864,7 @@ class ReadIntoIOStream(IOStream):
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
         self._closed = core.closed = True
-        core.sock = None
+        core.sock = None  # type: ignore[assignment]
         self._state = None
         sock = ssl_wrap_socket(
             sock,
