@@ -40,8 +40,8 @@ class _OurReadSeam:
         # inline read is raised to the caller of read_until_close.
         server, client = yield self.make_iostream_pair()
         try:
-            client.read_from_fd = mock.Mock(side_effect=IOError("boom"))
-            with self.assertRaisesRegex(IOError, "boom"):
+            client.read_from_fd = mock.Mock(side_effect=OSError("boom"))
+            with self.assertRaisesRegex(OSError, "boom"):
                 client.read_until_close()
         finally:
             server.close()
