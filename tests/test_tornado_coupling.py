@@ -142,3 +142,20 @@ def test_coupling_at_most_20_private_tornado_names():
     assert {"_write_buffer", "_total_write_index"} <= set(used)
     # Retired seams of Tornado's read path.
     assert not {"_find_read_pos", "_read_to_buffer_loop", "_finish_read", "_try_inline_read"} & set(used)
+
+
+def test_coupling_every_listed_tornado_name_is_used():
+    """No dead entries: each private attribute and hook that _tornado_compat
+    lists is a name in the package's code (not only in that list)."""
+    package = pathlib.Path(tornado_readinto.__file__).parent
+    names = set()
+    for path in package.glob("*.py"):
+        if path.name != "_tornado_compat.py":
+            tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+            names.update(token.string for token in tokens if token.type == tokenize.NAME)
+    listed = (
+        _tornado_compat.PRIVATE_STREAM_ATTRS
+        + _tornado_compat.PRIVATE_STREAM_HOOKS
+        + _tornado_compat.PRIVATE_SSL_STREAM_HOOKS
+    )
+    assert [name for name in listed if name not in names] == []
