@@ -218,7 +218,6 @@ class ReadIntoIOStream(IOStream):
         super().__init__(socket, *args, **kwargs)
         sock = self.socket
         gather = self._gather and hasattr(sock, "sendmsg")
-        core.sock = sock
         core.gather = gather
         # The GIL-keeping calls of _gilheld stand in only for a real socket's
         # own C methods, never for a wrapper's or a subclass's overrides.
@@ -231,6 +230,9 @@ class ReadIntoIOStream(IOStream):
         )
         core.read_from_fd = self._own_read_from_fd()
         core.write_to_fd = None if gather else self.write_to_fd
+        # The core receives and sends on the socket itself unless the face
+        # does both (TLS: SSL_read and SSL_write through the ssl object).
+        core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
         core.close = self.close
         core.fail = self._fail
         # set_nodelay applies to TCP sockets only (the family never changes).
