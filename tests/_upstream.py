@@ -10,11 +10,10 @@
   (``tornado.tcpserver.IOStream``/``SSLIOStream``,
   ``tornado.tcpclient.IOStream``) for recording subclasses, so that a stream
   built by a stock server or client fails the test;
-* counts the `ReadIntoIOStream`\\ s built, per upstream module and engine;
-* runs the test on the engine and event loop it was mirrored for
-  (`mirror_everywhere`: both engines x both loops): the engine through the
-  ``TORNADO_READINTO_ENGINE`` default, the loop through the event loop policy
-  (Tornado makes each test's loop with ``asyncio.new_event_loop()``).
+* counts the `ReadIntoIOStream`\\ s built, per upstream module and loop;
+* runs the test on the event loop it was mirrored for (`mirror_everywhere`:
+  both loops), through the event loop policy (Tornado makes each test's loop
+  with ``asyncio.new_event_loop()``).
 
 Upstream modules are imported as modules (never their classes into our
 namespace), so pytest does not collect the stock tests a second time.
@@ -35,20 +34,18 @@ import tornado.tcpserver
 from tornado.iostream import IOStream, SSLIOStream
 
 import tornado_readinto
-from tornado_readinto import ReadIntoIOStream, _transport
+from tornado_readinto import ReadIntoIOStream
 
 #: upstream module name -> ReadIntoIOStream instances built while its tests ran
 BUILT = collections.Counter()
-#: (upstream module name, engine) -> plain ReadIntoIOStreams built on that engine
+#: (upstream module name, loop) -> ReadIntoIOStreams built on that loop
 BUILT_ON = collections.Counter()
 
-#: The engines and loops `mirror_everywhere` runs each suite on, with the
-#: suffix of the mirrored class names.
+#: The loops `mirror_everywhere` runs each suite on, with the suffix of the
+#: mirrored class names.
 EVERYWHERE = (
-    ("selector", "asyncio", ""),
-    ("transport", "asyncio", "_transport"),
-    ("selector", "uvloop", "_uvloop"),
-    ("transport", "uvloop", "_transport_uvloop"),
+    ("asyncio", ""),
+    ("uvloop", "_uvloop"),
 )
 
 _STOCK_FACTORY_GLOBALS = (
@@ -94,15 +91,12 @@ class UpstreamGuard(OnLoop):
     upstream_module = None  # set by mirror()
     upstream_patches: dict = {}  # name in the upstream module -> replacement
     use_install = False
-    engine = None  # None: the default engine
 
     def setUp(self):
         self._undo = []
         self._stock_streams = []
         self._env = unittest.mock.patch.dict(os.environ)
         self._env.start()
-        if self.engine is not None:
-            os.environ[_transport.ENV_VAR] = self.engine
         module = self.upstream_module
         for name, value in self.upstream_patches.items():
             if not hasattr(module, name):
@@ -119,8 +113,7 @@ class UpstreamGuard(OnLoop):
         def counting_init(stream, *args, **kwargs):
             BUILT[key] += 1
             init(stream, *args, **kwargs)
-            if type(stream)._transport_capable:
-                BUILT_ON[key, stream.engine] += 1
+            BUILT_ON[key, self.loop] += 1
 
         ReadIntoIOStream.__init__ = counting_init
         # Importing dask.distributed (other test modules do) sets the
@@ -180,17 +173,15 @@ def mirror(
     patches=None,
     use_install=False,
     overrides=None,
-    engine=None,
     loop="asyncio",
     suffix="",
     only=None,
 ):
     """Define in ``namespace`` a guarded subclass of each test case of
     ``module``; ``overrides`` maps an upstream class name to a dict of extra
-    class attributes (e.g. a replaced method).  The tests run on ``engine``
-    and ``loop``; ``suffix`` ends the new class names.  Returns the new
-    classes.  ``only``: the names of the upstream classes to mirror (default:
-    all)."""
+    class attributes (e.g. a replaced method).  The tests run on ``loop``;
+    ``suffix`` ends the new class names.  Returns the new classes.
+    ``only``: the names of the upstream classes to mirror (default: all)."""
     made = []
     for cls in upstream_test_cases(module):
         if only is not None and cls.__name__ not in only:
@@ -203,7 +194,6 @@ def mirror(
             upstream_module=module,
             upstream_patches=dict(patches or {}),
             use_install=use_install,
-            engine=engine,
             loop=loop,
             __module__=namespace["__name__"],
             __qualname__=name,
@@ -216,16 +206,16 @@ def mirror(
 
 
 def mirror_everywhere(module, namespace, **kwargs):
-    """`mirror` ``module`` once per engine and event loop (`EVERYWHERE`).
+    """`mirror` ``module`` once per event loop (`EVERYWHERE`).
     Returns the new classes."""
     made = []
-    for engine, loop, suffix in EVERYWHERE:
-        made += mirror(module, namespace, engine=engine, loop=loop, suffix=suffix, **kwargs)
+    for loop, suffix in EVERYWHERE:
+        made += mirror(module, namespace, loop=loop, suffix=suffix, **kwargs)
     return made
 
 
 def check_built(module):
-    """Assert that ``module``'s mirrored tests built our streams, on each engine."""
+    """Assert that ``module``'s mirrored tests built our streams, on each loop."""
     assert BUILT[module.__name__] > 0, module.__name__
-    for engine in _transport.ENGINES:
-        assert BUILT_ON[module.__name__, engine] > 0, (module.__name__, engine)
+    for loop, _ in EVERYWHERE:
+        assert BUILT_ON[module.__name__, loop] > 0, (module.__name__, loop)

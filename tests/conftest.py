@@ -109,17 +109,6 @@ def loop_name(request):
     return request.param
 
 
-@pytest.fixture(params=["selector", "transport"])
-def engine(request, monkeypatch):
-    """Every test that takes it runs with each engine as the default for the
-    plain streams it builds (``TORNADO_READINTO_ENGINE``); TLS streams run on
-    the selector engine either way."""
-    from tornado_readinto import _transport
-
-    monkeypatch.setenv(_transport.ENV_VAR, request.param)
-    return request.param
-
-
 @pytest.fixture(scope="session")
 def tls_contexts():
     """(server_ctx, client_ctx) from a throwaway CA made by trustme, valid for
@@ -150,8 +139,8 @@ class Clock:
 
 @pytest.fixture
 def stream_clock(monkeypatch):
-    """An explicit clock for the streams (`tornado_readinto.iostream`, its
-    write path and its transport engine read ``perf_counter`` for busy
+    """An explicit clock for the streams (their core,
+    `tornado_readinto._streamcore`, reads ``perf_counter`` for busy
     polling, for how long a short recv proves a socket empty, and to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
@@ -163,11 +152,10 @@ def stream_clock(monkeypatch):
 
 
 def patch_stream_clock(monkeypatch, clock):
-    """Make every module of the streams read ``clock`` for ``perf_counter``."""
-    from tornado_readinto import _transport, _writepath, iostream
+    """Make the streams' core read ``clock`` for ``perf_counter``."""
+    from tornado_readinto import _streamcore
 
-    for module in (iostream, _writepath, _transport):
-        monkeypatch.setattr(module, "perf_counter", clock)
+    monkeypatch.setattr(_streamcore, "perf_counter", clock)
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import struct
 import pytest
 from tornado.iostream import IOStream
 
-from tornado_readinto import FramedStream, ReadIntoIOStream, _writepath, busypoll
+from tornado_readinto import FramedStream, ReadIntoIOStream, busypoll
 from tornado_readinto import iostream as iostream_module
 from tornado_readinto.allocators import BufferPool
 from tornado_readinto.testing import RecordingSocket
@@ -24,7 +24,7 @@ HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
 
 
 class Counts:
-    """Futures made by the stream (iostream.py and _writepath.py), by kind."""
+    """Futures made by the stream (iostream.py: its core makes none), by kind."""
 
     def __init__(self, monkeypatch):
         self.resolved = 0  # plain Futures (reads served from the read-ahead, writes)
@@ -44,7 +44,6 @@ class Counts:
                 counts.parked += 1
 
         monkeypatch.setattr(iostream_module, "Future", CountingFuture)
-        monkeypatch.setattr(_writepath, "Future", CountingFuture)
         monkeypatch.setattr(iostream_module, "_ReadFuture", CountingReadFuture)
 
 

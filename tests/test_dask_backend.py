@@ -28,7 +28,6 @@ from distributed.security import Security
 
 import tornado_readinto.dask_backend as dask_backend
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto._transport import ENV_VAR as ENGINE_ENV_VAR
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S
 from tornado_readinto.dask_backend import (
     ReadIntoComm,
@@ -123,13 +122,11 @@ async def check_client_server(scheme, listen_args, connect_args):
         # as distributed's TCP comm: the stream while open, None once closed
         assert isinstance(comm.stream, ReadIntoIOStream)
         assert comm.stream.socket.getsockname() == server.stream.socket.getpeername()
-        expected_engine = "selector" if scheme == "readinto-tls" else os.environ.get(ENGINE_ENV_VAR, "selector")
-        assert comm.stream.engine == server.stream.engine == expected_engine
         await comm.close()
         assert comm.closed() and comm.stream is None
 
 
-def test_dask_client_server(scheme_args, loop_name, engine):
+def test_dask_client_server(scheme_args, loop_name):
     run(check_client_server(*scheme_args), loop=loop_name)
 
 
@@ -148,7 +145,7 @@ async def check_comm_closed_implicit(scheme, listen_args, connect_args):
             await comm.read()
 
 
-def test_dask_comm_closed_implicit(scheme_args, engine):
+def test_dask_comm_closed_implicit(scheme_args):
     run(check_comm_closed_implicit(*scheme_args))
 
 
@@ -182,7 +179,7 @@ async def check_comm_closed_explicit(scheme, listen_args, connect_args):
         assert isinstance(await asyncio.wait_for(server_error, 5), CommClosedError)
 
 
-def test_dask_comm_closed_explicit(scheme_args, engine):
+def test_dask_comm_closed_explicit(scheme_args):
     run(check_comm_closed_explicit(*scheme_args))
 
 
@@ -220,7 +217,7 @@ async def check_deserialize(scheme, listen_args, connect_args):
         await comm.close()
 
 
-def test_dask_deserialize_round_trips(scheme_args, engine):
+def test_dask_deserialize_round_trips(scheme_args):
     run(check_deserialize(*scheme_args))
 
 
@@ -282,7 +279,7 @@ async def check_close_flushes_and_abort_breaks(scheme, listen_args, connect_args
         assert "peer closed connection after" in str(results[0])
 
 
-def test_dask_close_flushes_abort_breaks(scheme_args, loop_name, engine):
+def test_dask_close_flushes_abort_breaks(scheme_args, loop_name):
     run(check_close_flushes_and_abort_breaks(*scheme_args), loop=loop_name)
 
 
@@ -300,7 +297,7 @@ async def check_read_cancellation_aborts():
         assert isinstance(await asyncio.wait_for(server_error, 5), CommClosedError)
 
 
-def test_dask_read_cancellation_aborts(loop_name, engine):
+def test_dask_read_cancellation_aborts(loop_name):
     run(check_read_cancellation_aborts(), loop=loop_name)
 
 
@@ -320,7 +317,7 @@ async def check_garbled_message_after_handshake():
         writer.close()
 
 
-def test_dask_garbled_message_after_handshake(engine):
+def test_dask_garbled_message_after_handshake():
     run(check_garbled_message_after_handshake())
 
 

@@ -240,7 +240,7 @@ class Engine:
         """One receive (the input must not be exhausted); returns what
         buffer_updated returned."""
         core = self.core
-        filled = core.target_filled
+        filled = core._filled  # of the pending read_into (0 for other reads)
         view = core.get_buffer()
         self.get_buffer_calls += 1
         direct = False

@@ -7,9 +7,7 @@ import sys
 
 from tornado.iostream import IOStream, SSLIOStream
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat
-from tornado_readinto._transport import TransportEngine
-from tornado_readinto._writepath import WritePath
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat, _tornado_entry_points
 from tornado_readinto.writebuffer import ChunkedWriteBuffer
 
 from .conftest import run
@@ -48,8 +46,6 @@ def test_compat_every_override_of_a_tornado_stream_method_is_listed():
     listed = set(_tornado_compat.PRIVATE_STREAM_HOOKS) | set(_tornado_compat.PRIVATE_SSL_STREAM_HOOKS)
     ours_and_theirs = (
         (ReadIntoIOStream, IOStream),
-        (TransportEngine, IOStream),  # the transport engine's half of ReadIntoIOStream
-        (WritePath, IOStream),  # its write path
         (SSLReadIntoIOStream, SSLIOStream),
     )
     for ours, theirs in ours_and_theirs:
@@ -76,8 +72,8 @@ def test_compat_a_missing_entry_point_hook_is_reported(monkeypatch):
     from tornado.tcpserver import TCPServer
 
     monkeypatch.delattr(TCPServer, "_handle_connection")
-    monkeypatch.delattr(_tornado_compat.HTTP1Connection, "_parse_headers")
-    assert _tornado_compat.check_entry_point_hooks() == [
+    monkeypatch.delattr(_tornado_entry_points.HTTP1Connection, "_parse_headers")
+    assert _tornado_entry_points.check_entry_point_hooks() == [
         "TCPServer._handle_connection",
         "HTTP1Connection._parse_headers",
     ]
@@ -100,7 +96,7 @@ def test_compat_our_entry_points_override_the_stock_hooks():
     from tornado_readinto.httpserver import ReadIntoHTTP1Connection
 
     # our copies override exactly the stock private methods
-    assert ReadIntoHTTP1Connection._read_fixed_body is not _tornado_compat.HTTP1Connection._read_fixed_body
+    assert ReadIntoHTTP1Connection._read_fixed_body is not _tornado_entry_points.HTTP1Connection._read_fixed_body
     assert ReadIntoTCPServer._handle_connection is not TCPServer._handle_connection
     assert ReadIntoTCPClient._create_stream is not TCPClient._create_stream
 
@@ -121,21 +117,21 @@ def test_compat_private_instance_attributes_exist():
         port = sock.getsockname()[1]
         sock.close()
         request = HTTPRequest(f"ws://127.0.0.1:{port}/", connect_timeout=5)
-        ws = WebSocketClientConnection(_tornado_compat._RequestProxy(request, HTTPRequest._DEFAULTS))
+        ws = WebSocketClientConnection(_tornado_entry_points._RequestProxy(request, HTTPRequest._DEFAULTS))
         a, b = socket.socketpair()
         stream = IOStream(a)
-        http_conn = _tornado_compat.HTTP1Connection(stream, False)
-        http_server = _tornado_compat.HTTPServer(lambda request: None)
+        http_conn = _tornado_entry_points.HTTP1Connection(stream, False)
+        http_server = _tornado_entry_points.HTTPServer(lambda request: None)
         try:
             instances = {
                 "tornado.tcpclient.TCPClient": client,
                 "tornado.simple_httpclient.SimpleAsyncHTTPClient": http_client,
                 "tornado.websocket.WebSocketClientConnection": ws,
                 "tornado.httpserver.HTTPServer": http_server,
-                "tornado.http1connection.HTTP1ServerConnection": _tornado_compat.HTTP1ServerConnection(stream),
+                "tornado.http1connection.HTTP1ServerConnection": _tornado_entry_points.HTTP1ServerConnection(stream),
                 **_http_delegates(http_conn),
             }
-            for qualname, names in _tornado_compat.PRIVATE_INSTANCE_ATTRS.items():
+            for qualname, names in _tornado_entry_points.PRIVATE_INSTANCE_ATTRS.items():
                 for name in names:
                     assert hasattr(instances[qualname], name), (qualname, name)
             assert isinstance(http_client.tcp_client, TCPClient)
@@ -164,16 +160,16 @@ def _http_delegates(http_conn):
         headers=httputil.HTTPHeaders({"Host": "x"}),
         connection=http_conn,
     )
-    handler_delegate = _tornado_compat._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
-    callable_adapter = _tornado_compat._CallableAdapter(lambda request: None, http_conn)
+    handler_delegate = _tornado_entry_points._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
+    callable_adapter = _tornado_entry_points._CallableAdapter(lambda request: None, http_conn)
     return {
         "tornado.http1connection.HTTP1Connection": http_conn,
-        "tornado.http1connection._GzipMessageDelegate": _tornado_compat._GzipMessageDelegate(
+        "tornado.http1connection._GzipMessageDelegate": _tornado_entry_points._GzipMessageDelegate(
             callable_adapter, 65536, 1 << 20
         ),
-        "tornado.httpserver._ProxyAdapter": _tornado_compat._ProxyAdapter(callable_adapter, http_conn),
+        "tornado.httpserver._ProxyAdapter": _tornado_entry_points._ProxyAdapter(callable_adapter, http_conn),
         "tornado.httpserver._CallableAdapter": callable_adapter,
-        "tornado.routing._RoutingDelegate": _tornado_compat._RoutingDelegate(app, None, http_conn),
+        "tornado.routing._RoutingDelegate": _tornado_entry_points._RoutingDelegate(app, None, http_conn),
         "tornado.web._HandlerDelegate": handler_delegate,
     }
 
@@ -188,10 +184,10 @@ def test_compat_body_sinks_turn_a_stored_bytes_into_request_body_without_copy():
         a, b = socket.socketpair()
         stream = IOStream(a)
         try:
-            conn = _tornado_compat.HTTP1Connection(stream, False)
+            conn = _tornado_entry_points.HTTP1Connection(stream, False)
             body = b"x" * 100_000
             seen: list = []
-            adapter = _tornado_compat._CallableAdapter(seen.append, conn)
+            adapter = _tornado_entry_points._CallableAdapter(seen.append, conn)
             start_line = httputil.RequestStartLine("POST", "/", "HTTP/1.1")
             headers = httputil.HTTPHeaders({"Host": "x", "Content-Type": "application/octet-stream"})
             adapter.headers_received(start_line, headers)
@@ -201,7 +197,7 @@ def test_compat_body_sinks_turn_a_stored_bytes_into_request_body_without_copy():
 
             app = web.Application([("/", web.RequestHandler)])
             request = httputil.HTTPServerRequest(start_line=start_line, headers=headers, connection=conn)
-            delegate = _tornado_compat._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
+            delegate = _tornado_entry_points._HandlerDelegate(app, request, web.RequestHandler, {}, [], {})
             assert delegate.stream_request_body is False
             delegate.execute = lambda: None  # type: ignore[method-assign]  # finish() stores the body, then executes
             delegate.chunks = [body] if isinstance(delegate.chunks, list) else body  # type: ignore[assignment]

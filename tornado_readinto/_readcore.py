@@ -1,11 +1,12 @@
+# cython: annotation_typing=False
 """`ReadCore`: the read state machine of a stream, with no socket and no loop.
 
 Strategy:
 
 * The core has the shape of an ``asyncio.BufferedProtocol``.  An engine asks
   it where the next received bytes go (`ReadCore.get_buffer`), receives into
-  that view (``sock.recv_into(view)`` from a readable callback, or an event
-  loop's own transport), and says how many arrived
+  that view (``sock.recv_into(view)`` from a readable callback), and says
+  how many arrived
   (`ReadCore.buffer_updated`), which completes the pending read when it can.
   `ReadCore.eof_received` and `ReadCore.connection_lost` end the stream.
 * Starting a read (`ReadCore.read_into`, `ReadCore.read_bytes`,
@@ -190,12 +191,6 @@ class ReadCore:
         """True while a read is pending."""
         return self._mode != _IDLE
 
-    @property
-    def target_filled(self) -> int:
-        """Bytes of the pending ``read_into`` buffer filled so far (0 when
-        none is pending)."""
-        return self._filled if self._mode == _INTO else 0
-
     def peek_buffered(self) -> bytes:
         """A copy of the bytes read ahead and not consumed yet."""
         if not self.buffered_nbytes:
@@ -259,7 +254,7 @@ class ReadCore:
                 self.buffered_nbytes = size - nbytes
                 self._start = start + nbytes
             else:
-                self._consume_nbytes(nbytes)
+                self._take_nbytes(nbytes)
             view.release()
             return nbytes
         take = size if size < nbytes else nbytes
@@ -267,7 +262,7 @@ class ReadCore:
             start = self._start
             assert self._ra_view is not None
             view[:take] = self._ra_view[start : start + take]
-            self._consume_nbytes(take)
+            self._take_nbytes(take)
         if take == nbytes or (partial and take):
             view.release()
             return take
@@ -295,7 +290,7 @@ class ReadCore:
             raise BufferBusyError("a read is already in progress on this stream")
         size = self.buffered_nbytes
         if size >= num_bytes or (partial and size):
-            return self._consume(num_bytes if num_bytes < size else size)
+            return self._take(num_bytes if num_bytes < size else size)
         self._mode = _BYTES
         self._nbytes = num_bytes
         self._partial = partial
@@ -358,7 +353,7 @@ class ReadCore:
         if self._mode != _IDLE:
             raise BufferBusyError("a read is already in progress on this stream")
         if self.eof:
-            return self._consume(self.buffered_nbytes)
+            return self._take(self.buffered_nbytes)
         self._mode = _CLOSE
         return PENDING
 
@@ -457,24 +452,6 @@ class ReadCore:
         self._direct = False
         return view
 
-    def get_overflow_buffer(self) -> memoryview:
-        """Where received bytes go when `get_buffer` had no room (no read
-        pending, ``read_chunk_size`` bytes read ahead): the free tail of the
-        read-ahead buffer, made to hold at least half a ``read_chunk_size``
-        more.  For an engine whose loop may receive once more before its
-        pause takes effect (a loop's transport starts reading right after
-        ``connection_made``); the bytes still count against
-        ``max_buffer_size``.  Valid until the next call on the core.
-        """
-        if self._lent is not None:
-            self._drop_lent()
-        self._reserve(max(1, self.read_chunk_size // 2))
-        assert self._ra_view is not None
-        view = self._ra_view[self._start + self.buffered_nbytes :]
-        self._lent = view
-        self._direct = False
-        return view
-
     def buffer_updated(self, nbytes: int, more: bool = False) -> Any:
         """Record that ``nbytes`` bytes were received into the view from the
         last `get_buffer`; return the pending read's result if they complete
@@ -545,7 +522,7 @@ class ReadCore:
         if mode == _BYTES:
             wanted = self._nbytes
             if size >= wanted or self._partial:
-                return self._finish_consume(wanted if wanted < size else size)
+                return self._finish_take(wanted if wanted < size else size)
             return PENDING
         if mode == _INTO:
             filled = self._filled
@@ -555,7 +532,7 @@ class ReadCore:
             target = self._target
             assert target is not None and self._ra_view is not None
             target[filled : filled + take] = self._ra_view[start : start + take]
-            self._consume_nbytes(take)
+            self._take_nbytes(take)
             self._filled = filled = filled + take
             if filled == self._nbytes or self._partial:
                 return self._finish_into()
@@ -599,7 +576,7 @@ class ReadCore:
         if mode == _CLOSE:
             if not clean:
                 return PENDING
-            return self._finish_consume(self.buffered_nbytes)
+            return self._finish_take(self.buffered_nbytes)
         if mode == _INTO:
             filled = self._filled
             if filled == self._nbytes or (self._partial and filled):
@@ -608,7 +585,7 @@ class ReadCore:
             size = self.buffered_nbytes
             wanted = self._nbytes
             if size >= wanted or (self._partial and size):
-                return self._finish_consume(wanted if wanted < size else size)
+                return self._finish_take(wanted if wanted < size else size)
         elif (mode == _UNTIL or mode == _REGEX) and self.buffered_nbytes:
             try:
                 return self._find_delimiter() if mode == _UNTIL else self._find_regex()
@@ -699,12 +676,12 @@ class ReadCore:
         self._filled = 0
         return filled
 
-    def _finish_consume(self, nbytes: int) -> bytes:
+    def _finish_take(self, nbytes: int) -> bytes:
         self._mode = _IDLE
         self._delimiter = None
         self._regex = None
         self._scanned = 0
-        return self._consume(nbytes)
+        return self._take(nbytes)
 
     def _find_delimiter(self) -> Any:
         """Search the bytes read ahead for the pending delimiter, from where
@@ -717,10 +694,10 @@ class ReadCore:
         loc = self._ra.find(delimiter, start + resume if resume > 0 else start, start + size)
         if loc != -1:
             end = loc - start + len(delimiter)
-            self._check_max_bytes(delimiter, end)
-            return self._finish_consume(end)
+            self._check_limit(delimiter, end)
+            return self._finish_take(end)
         self._scanned = size
-        self._check_max_bytes(delimiter, size)
+        self._check_limit(delimiter, size)
         return PENDING
 
     def _find_regex(self) -> Any:
@@ -732,13 +709,13 @@ class ReadCore:
             match = regex.search(data)
         if match is not None:
             end = match.end()
-            self._check_max_bytes(regex, end)
-            return self._finish_consume(end)
+            self._check_limit(regex, end)
+            return self._finish_take(end)
         self._scanned = size
-        self._check_max_bytes(regex, size)
+        self._check_limit(regex, size)
         return PENDING
 
-    def _check_max_bytes(self, delimiter: bytes | Pattern[bytes], size: int) -> None:
+    def _check_limit(self, delimiter: bytes | Pattern[bytes], size: int) -> None:
         max_bytes = self._max_bytes
         if max_bytes is not None and size > max_bytes:
             # Tornado's message, word for word.
@@ -750,7 +727,7 @@ class ReadCore:
         start = self._start
         with self._ra_view[start : start + self.buffered_nbytes] as data:
             consumed = reader.feed(data)
-        self._consume_nbytes(consumed)
+        self._take_nbytes(consumed)
         message = reader.next_message()
         if message is NEED_DATA:
             return PENDING
@@ -785,7 +762,7 @@ class ReadCore:
         self._release_read_ahead()
         self._ra, self._ra_view, self._start = new, new_view, 0
 
-    def _consume_nbytes(self, nbytes: int) -> None:
+    def _take_nbytes(self, nbytes: int) -> None:
         size = self.buffered_nbytes - nbytes
         self.buffered_nbytes = size
         if size:
@@ -797,13 +774,13 @@ class ReadCore:
             # No more input, or grown for one big read: give the memory back.
             self._release_read_ahead()
 
-    def _consume(self, nbytes: int) -> bytes:
+    def _take(self, nbytes: int) -> bytes:
         if not nbytes:
             return b""
         assert self._ra_view is not None and nbytes <= self.buffered_nbytes
         start = self._start
         data = self._ra_view[start : start + nbytes].tobytes()
-        self._consume_nbytes(nbytes)
+        self._take_nbytes(nbytes)
         return data
 
     def _release_read_ahead(self) -> None:

@@ -1,79 +1,59 @@
-"""The one place that names Tornado internals this package depends on.
+"""The one place that names the Tornado stream internals this package
+depends on.
 
 `ReadIntoIOStream` subclasses `tornado.iostream.IOStream` and replaces its read
 and write machinery, so it necessarily uses private attributes and helpers of
 ``tornado.iostream``.  They are listed (and imported) here so that a Tornado
 release that changes them fails loudly at import time, and so that one test
 (`tests/test_tornado_compat.py`) can check that they still exist.
+
+This module imports ``tornado.iostream``, ``tornado.netutil`` and
+``tornado.concurrent`` only: the stream and its core import no HTTP module.
+The entry points' internals are `tornado_readinto._tornado_entry_points`'.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import inspect
+import io
 import ssl
-from typing import Any
+import textwrap
+import tokenize
+from typing import Any, Callable
 
 import tornado
+import tornado.iostream
 from tornado.concurrent import future_set_result_unless_cancelled
-from tornado.http1connection import (
-    HTTP1Connection,
-    HTTP1ServerConnection,
-    _ExceptionLoggingContext,
-    _GzipMessageDelegate,
-)
-from tornado.httpclient import HTTPRequest, _RequestProxy
-from tornado.httpserver import HTTPServer, _CallableAdapter, _HTTPRequestContext, _ProxyAdapter
 from tornado.iostream import (
-    _ERRNO_CONNRESET,
     IOStream,
     SSLIOStream,
     StreamBufferFullError,
     StreamClosedError,
     UnsatisfiableReadError,
-    _StreamBuffer,
 )
 from tornado.netutil import _client_ssl_defaults, _server_ssl_defaults, ssl_wrap_socket
-from tornado.routing import _RoutingDelegate
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from tornado.tcpclient import TCPClient
-from tornado.tcpserver import TCPServer
-from tornado.util import Configurable
-from tornado.web import _HandlerDelegate
 
 __all__ = [
+    "COPIED_BODIES",
     "MIN_TORNADO",
-    "PRIVATE_ENTRY_POINT_HOOKS",
-    "PRIVATE_INSTANCE_ATTRS",
     "PRIVATE_SSL_STREAM_HOOKS",
     "PRIVATE_STREAM_ATTRS",
     "PRIVATE_STREAM_HOOKS",
-    "Configurable",
-    "HTTP1Connection",
-    "HTTP1ServerConnection",
-    "HTTPRequest",
-    "HTTPServer",
-    "SimpleAsyncHTTPClient",
-    "TCPClient",
-    "TCPServer",
-    "_RequestProxy",
-    "_CallableAdapter",
-    "_HTTPRequestContext",
-    "_ExceptionLoggingContext",
-    "_GzipMessageDelegate",
-    "_HandlerDelegate",
-    "_ProxyAdapter",
-    "_RoutingDelegate",
     "IOStream",
     "SSLIOStream",
     "StreamBufferFullError",
     "StreamClosedError",
     "UnsatisfiableReadError",
-    "_StreamBuffer",
-    "_ERRNO_CONNRESET",
     "_client_ssl_defaults",
     "_server_ssl_defaults",
     "default_ssl_context",
-    "check_entry_point_hooks",
+    "check_copied_bodies",
     "check_stream_attrs",
+    "copied_bodies_recorded",
+    "source_digest",
+    "tornado_series",
     "future_set_result_unless_cancelled",
     "ssl_wrap_socket",
 ]
@@ -89,58 +69,175 @@ if tornado.version_info[:2] < MIN_TORNADO or tornado.version_info[0] != 6:
 #: Private `BaseIOStream` attributes that this package reads or writes, and that
 #: dask.distributed's TCP comm uses (``_write_buffer``, ``_total_write_index``).
 PRIVATE_STREAM_ATTRS = (
-    "_read_buffer",
-    "_read_buffer_size",
-    "_user_read_buffer",
-    "_write_buffer",
-    "_total_write_index",
-    "_total_write_done_index",
+    "_read_buffer",  # a property of ours over the core (Tornado's __init__ assigns it)
+    "_read_buffer_size",  # likewise; Tornado's _maybe_add_error_listener reads it
+    "_write_buffer",  # a property over the core's queue: dask appends to it
+    "_total_write_index",  # likewise: dask bumps it, then calls write(b"")
+    "_total_write_done_index",  # a property over the core's count of bytes sent
     "_write_futures",
     "_read_future",
-    "_read_bytes",
-    "_read_partial",
-    "_read_delimiter",
-    "_read_regex",
-    "_read_max_bytes",
-    "_read_until_close",
-    "_close_callback",
-    "_connect_future",
-    "_ssl_connect_future",
+    "_close_callback",  # handed over by start_tls
+    "_ssl_connect_future",  # set by start_tls
     "_connecting",
     "_state",
     "_closed",
 )
 
 
-#: Methods of Tornado's ``BaseIOStream``/``IOStream``/``SSLIOStream`` (private
-#: hooks, and the public ``read_from_fd``/``write_to_fd`` that subclasses
-#: implement) that `ReadIntoIOStream` or `SSLReadIntoIOStream` override or
-#: call.  ``tests/test_tornado_compat.py`` checks that each exists on Tornado's
+#: Methods of Tornado's ``BaseIOStream``/``IOStream`` (private hooks, and the
+#: public ``read_from_fd``/``write_to_fd`` that subclasses implement) that
+#: `ReadIntoIOStream` or `SSLReadIntoIOStream` override or call.
+#: ``tests/test_tornado_compat.py`` checks that each exists on Tornado's
 #: classes and that every method our stream classes define under a name
 #: Tornado's classes also have is listed here: an override is never silent.
 PRIVATE_STREAM_HOOKS = (
-    "_handle_read",
-    "_handle_write",
-    "_handle_events",
-    "_handle_connect",
-    "_read_to_buffer_loop",
-    "_find_read_pos",
-    "_finish_read",
-    "_read_from_buffer",
-    "_signal_closed",
-    "_start_read",
-    "_try_inline_read",
-    "_maybe_add_error_listener",
-    "_add_io_state",
-    "_check_closed",
-    "_is_connreset",
-    "close_fd",
-    "read_from_fd",
-    "write_to_fd",
+    "_handle_events",  # overridden (COPIED_BODIES)
+    "_handle_connect",  # called by our _handle_events
+    "_signal_closed",  # extended: the core says what a pending read fails with
+    "_maybe_add_error_listener",  # called once a read or write completes
+    "_add_io_state",  # called to wait for READ or WRITE
+    "_is_connreset",  # asked by the error policy and close
+    "close_fd",  # called by our close
+    "read_from_fd",  # a property: the core receives through it when replaced
+    "write_to_fd",  # the core sends through it on sockets without sendmsg
 )
 
 #: The same for `SSLReadIntoIOStream` and Tornado's ``SSLIOStream``.
-PRIVATE_SSL_STREAM_HOOKS = ("_do_ssl_handshake", "wait_for_handshake", "_finish_ssl_connect")
+PRIVATE_SSL_STREAM_HOOKS = ("_do_ssl_handshake",)
+
+
+#: The bodies of Tornado's stream methods that this package copied and
+#: edited (or whose contract a method of ours takes over), as ``(ours,
+#: Tornado's qualified name in tornado.iostream, digest of Tornado's source
+#: per Tornado series: 6.5 as of 6.5.10, 6.6 as of 6.6.1)``.
+#: `check_copied_bodies` recomputes the digests of the installed Tornado: one
+#: that differs names the copy to re-check.
+COPIED_BODIES: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("ReadIntoIOStream.close", "BaseIOStream.close", {"6.5": "fbafbe7679ac7f27", "6.6": "f954bf802f61e2f3"}),
+    (
+        "ReadIntoIOStream._handle_events",
+        "BaseIOStream._handle_events",
+        {"6.5": "d36b9300501b90ab", "6.6": "313ff4262666b38a"},
+    ),
+    ("ReadIntoIOStream.start_tls", "IOStream.start_tls", {"6.5": "61514c5c406b3b12", "6.6": "248f3763384eb27d"}),
+    ("ReadIntoIOStream.set_nodelay", "IOStream.set_nodelay", {"6.5": "ec427c055ae9acee", "6.6": "ec427c055ae9acee"}),
+    ("ReadIntoIOStream.writelines", "BaseIOStream.write", {"6.5": "3778f04080beeb62", "6.6": "f052e857e1dc6791"}),
+    (
+        "ReadIntoIOStream._writable",
+        "BaseIOStream._handle_write",
+        {"6.5": "fbb7cd6817dfe7ff", "6.6": "57c54376e348e36b"},
+    ),
+    (
+        "StreamCore._write_segments",
+        "BaseIOStream._handle_write",
+        {"6.5": "fbb7cd6817dfe7ff", "6.6": "57c54376e348e36b"},
+    ),
+    ("ReadIntoIOStream._read", "BaseIOStream._start_read", {"6.5": "83dce255c300fe9f", "6.6": "83dce255c300fe9f"}),
+    ("ReadIntoIOStream._read", "BaseIOStream._try_inline_read", {"6.5": "a4e2bd07562033f0", "6.6": "a4e2bd07562033f0"}),
+    ("ReadIntoIOStream._fail", "BaseIOStream._handle_read", {"6.5": "db118b03f82fd922", "6.6": "db118b03f82fd922"}),
+    ("ReadIntoIOStream._fail", "BaseIOStream._read_to_buffer", {"6.5": "efebb668fc26039b", "6.6": "f87575959e47f3a2"}),
+    (
+        "ReadIntoIOStream._signal_closed",
+        "BaseIOStream._signal_closed",
+        {"6.5": "72dc96b7092cdc16", "6.6": "f08d22d690a47fbe"},
+    ),
+    (
+        "SSLReadIntoIOStream._readable",
+        "SSLIOStream._handle_read",
+        {"6.5": "ec5b7bc0cad6c5d4", "6.6": "ec5b7bc0cad6c5d4"},
+    ),
+    (
+        "SSLReadIntoIOStream._writable",
+        "SSLIOStream._handle_write",
+        {"6.5": "6fc55d7411c63a60", "6.6": "6fc55d7411c63a60"},
+    ),
+    ("ReadCore._check_limit", "BaseIOStream._check_max_bytes", {"6.5": "a0d9ebc7446b47e3", "6.6": "301be852d3de8559"}),
+)
+
+
+def source_digest(source: str) -> str:
+    """A digest of a function's source that ignores its docstring, comments,
+    blank lines, line breaks inside brackets and indentation: only a change
+    of its code changes it."""
+    source = textwrap.dedent(source)
+    node = ast.parse(source).body[0]
+    docstring = range(0)
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            docstring = range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1)
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    lines = source.splitlines(keepends=True)
+    words: list[str] = []
+    fstring_start: tuple[int, int] | None = None  # Python >= 3.12 splits f-strings
+    depth = 0
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == _FSTRING_START:
+            depth += 1
+            if depth == 1:
+                fstring_start = token.start
+            continue
+        if depth:
+            if token.type == _FSTRING_END:
+                depth -= 1
+                if not depth:
+                    assert fstring_start is not None
+                    # The whole f-string, as one token (as Python < 3.12 has it).
+                    words.append(_slice(lines, fstring_start, token.end))
+            continue
+        if token.type not in skip and token.start[0] not in docstring:
+            words.append(token.string)
+    return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
+
+
+_FSTRING_START: int = getattr(tokenize, "FSTRING_START", -1)
+_FSTRING_END: int = getattr(tokenize, "FSTRING_END", -1)
+
+
+def _slice(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The source text from ``start`` to ``end`` (tokenize positions)."""
+    if start[0] == end[0]:
+        return lines[start[0] - 1][start[1] : end[1]]
+    middle = lines[start[0] : end[0] - 1]
+    return lines[start[0] - 1][start[1] :] + "".join(middle) + lines[end[0] - 1][: end[1]]
+
+
+def tornado_source(qualname: str) -> str:
+    """The source of ``tornado.iostream.<qualname>`` as installed."""
+    obj: Any = tornado.iostream
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return inspect.getsource(obj)
+
+
+def check_copied_bodies(get_source: Callable[[str], str] = tornado_source) -> list[str]:
+    """Return one message per entry of `COPIED_BODIES` whose Tornado source
+    changed in the installed Tornado (empty if none did, or if no digest is
+    recorded for this Tornado series: see `copied_bodies_recorded`)."""
+    series = tornado_series()
+    problems = []
+    for ours, theirs, digests in COPIED_BODIES:
+        recorded = digests.get(series)
+        if recorded is None:
+            continue
+        digest = source_digest(get_source(theirs))
+        if digest != recorded:
+            problems.append(
+                f"tornado {tornado.version} changed {theirs} (digest {digest}, recorded {recorded}):"
+                f" re-check {ours}, which copies it, then record the new digest"
+            )
+    return problems
+
+
+def tornado_series() -> str:
+    """The installed Tornado's ``major.minor``."""
+    return ".".join(map(str, tornado.version_info[:2]))
+
+
+def copied_bodies_recorded() -> bool:
+    """Whether `COPIED_BODIES` has digests for the installed Tornado series."""
+    series = tornado_series()
+    return all(series in digests for _, _, digests in COPIED_BODIES)
 
 
 def default_ssl_context(server_side: bool) -> ssl.SSLContext:
@@ -154,62 +251,3 @@ def default_ssl_context(server_side: bool) -> ssl.SSLContext:
 def check_stream_attrs(stream: object) -> list[str]:
     """Return the names in `PRIVATE_STREAM_ATTRS` that ``stream`` lacks."""
     return [name for name in PRIVATE_STREAM_ATTRS if not hasattr(stream, name)]
-
-
-#: Private class-level names of Tornado's entry points that
-#: `tornado_readinto.tcpserver`, `.tcpclient`, `.httpclient`, `.websocket` and
-#: `.installation` override or call, as ``(class, name)``.  Checked at import
-#: (`check_entry_point_hooks`), so that a Tornado that renames one fails here
-#: rather than silently building stock streams.
-PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
-    (TCPServer, "_handle_connection"),  # builds the accepted stream
-    (TCPClient, "_create_stream"),  # builds the connecting stream
-    (Configurable, "_save_configuration"),  # install() / uninstall()
-    (Configurable, "_restore_configuration"),
-    (HTTPRequest, "_DEFAULTS"),  # websocket_connect fills request defaults
-    (HTTP1Connection, "_read_fixed_body"),  # ReadIntoHTTP1Connection: bodies via read_into
-    (HTTP1Connection, "_format_chunk"),  # ReadIntoHTTP1Connection.write_headers frames its gathered chunk
-    (HTTP1Connection, "_parse_headers"),  # ReadIntoHTTP1Connection: the request's headers have arrived
-    (HTTP1ServerConnection, "_server_request_loop"),  # ReadIntoHTTP1ServerConnection: its own serving loop
-)
-
-#: Private instance attributes set by Tornado's ``__init__``/``initialize``
-#: that we read or replace: ``TCPClient._own_resolver`` (who closes the
-#: resolver), ``SimpleAsyncHTTPClient.tcp_client`` (the client's connection
-#: factory) and ``WebSocketClientConnection.tcp_client``; and, for
-#: `tornado_readinto.httpserver`, the HTTP message delegate chain it walks
-#: (``_GzipMessageDelegate._delegate``/``_decompressor``, ``_ProxyAdapter`` and
-#: ``_RoutingDelegate`` ``.delegate``), where the body is stored
-#: (``_HandlerDelegate.chunks``, ``_CallableAdapter._chunks``: a bytearray in
-#: Tornado 6.6, a list in 6.5, that ``finish()`` turns into ``request.body``),
-#: whether it is streamed (``_HandlerDelegate.stream_request_body``) and
-#: whether the response is finished (``HTTP1Connection._write_finished``);
-#: and what ``HTTPServer.handle_stream`` passes to a connection it builds
-#: (``protocol``, ``trusted_downstream``, ``conn_params``, ``_connections``),
-#: which `ReadIntoHTTPServer.handle_stream` does in its place.
-#: An instance is needed to see them; ``tests/test_tornado_compat.py`` checks
-#: them.
-PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
-    "tornado.tcpclient.TCPClient": ("_own_resolver", "resolver"),
-    "tornado.simple_httpclient.SimpleAsyncHTTPClient": ("tcp_client", "resolver"),
-    "tornado.websocket.WebSocketClientConnection": ("tcp_client",),
-    "tornado.http1connection.HTTP1Connection": ("_write_finished", "params", "is_client", "stream"),
-    "tornado.httpserver.HTTPServer": ("protocol", "trusted_downstream", "conn_params", "_connections"),
-    "tornado.http1connection.HTTP1ServerConnection": ("stream", "params", "context"),
-    "tornado.http1connection._GzipMessageDelegate": ("_delegate", "_decompressor"),
-    "tornado.httpserver._ProxyAdapter": ("delegate",),
-    "tornado.httpserver._CallableAdapter": ("_chunks",),
-    "tornado.routing._RoutingDelegate": ("delegate",),
-    "tornado.web._HandlerDelegate": ("chunks", "stream_request_body"),
-}
-
-
-def check_entry_point_hooks() -> list[str]:
-    """Return ``"Class.name"`` for each entry in `PRIVATE_ENTRY_POINT_HOOKS`
-    that this Tornado lacks."""
-    return [f"{cls.__name__}.{name}" for cls, name in PRIVATE_ENTRY_POINT_HOOKS if not hasattr(cls, name)]
-
-
-_missing = check_entry_point_hooks()
-if _missing:
-    raise ImportError(f"tornado_readinto does not support tornado {tornado.version}: it lacks {', '.join(_missing)}")

@@ -18,12 +18,11 @@ what the first write of every frame costs:
   out again (needs numpy).  For applications that cannot say when a frame is
   done with, such as dask (the default of the comm layers).
 
-Why it matters (measured on the development machine, 2 shared cores):
-copying into freshly allocated memory ran at ~1.2 GB/s versus ~8.5 GB/s into
-memory already touched; at 100 MiB per frame, stock Tornado ``read_into`` into
-a fresh ``bytearray`` per frame reached ~0.45x the throughput of reusing one
-buffer.  The cost is the kernel's page faults and page zeroing on first touch,
-which no user-space trick removes; huge pages make it cheaper and pooling
+Why it matters: copying into freshly allocated memory is several times
+slower than into memory already touched, and a fresh buffer per large frame
+costs a large share of the throughput (figures: the performance page,
+"Figures behind the code").  The cost is the kernel's page faults and page
+zeroing on first touch, which no user-space trick removes; huge pages make it cheaper and pooling
 avoids it.  Allocating and filling 64 MiB buffers that stay alive (as received
 frames do), same machine: ``bytearray`` ~2.5 GB/s, private ``mmap`` ~2.2 GB/s,
 private ``mmap`` + ``MADV_HUGEPAGE`` ~7 GB/s, ``numpy.empty`` ~8 GB/s (noisy,
@@ -495,10 +494,10 @@ class RecyclingAllocator:
     references them any more, and hands them out again.
 
     Fresh memory is expensive to write the first time: the kernel zeroes
-    every page on its first touch (measured here: a 100 MiB echo through a
-    fresh buffer per message took 80 ms a round trip, through reused ones
-    57 ms).  glibc's ``free`` returns allocations this large to the kernel at
-    once, so each new large frame pays the zeroing again.  This allocator
+    every page on its first touch (a 100 MiB echo is markedly slower through
+    a fresh buffer per message: see the performance page).  glibc's ``free``
+    returns allocations this large to the kernel at once, so each new large
+    frame pays the zeroing again.  This allocator
     keeps them instead, up to ``max_retained_nbytes``.
 
     Requests of at least ``min_nbytes`` get a numpy ``uint8`` array over a

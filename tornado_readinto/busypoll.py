@@ -31,8 +31,8 @@ Strategy:
   ``os.cpu_count()``, read once per process by `tornado_readinto._cpus`).
   On one CPU the spinning side keeps the CPU that a local peer needs in
   order to answer, so the answer comes only after the spin gives up: every
-  message then pays the whole spin and a context switch (0.4x stock in a
-  one-CPU echo, against 3x with two CPUs).  Under a CPU quota a spin burns
+  message then pays the whole spin and a context switch (figures: the
+  performance page, "Figures behind the code").  Under a CPU quota a spin burns
   quota and gets the whole container throttled.
 * Evidence at run time: a CPU can also be taken by other load that no limit
   shows (a busy neighbour process, an undetected quota).  When a spin misses

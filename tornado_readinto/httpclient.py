@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tornado_compat import SimpleAsyncHTTPClient
+from ._tornado_entry_points import SimpleAsyncHTTPClient
 from .tcpclient import ReadIntoTCPClient
 
 __all__ = ["ReadIntoAsyncHTTPClient"]

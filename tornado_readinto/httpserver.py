@@ -74,7 +74,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
 from tornado.log import app_log, gen_log
 
-from ._tornado_compat import (
+from ._tornado_entry_points import (
     HTTP1Connection,
     HTTP1ServerConnection,
     HTTPServer,

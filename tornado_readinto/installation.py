@@ -27,7 +27,7 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient
 from tornado.httpserver import HTTPServer
 
-from ._tornado_compat import SimpleAsyncHTTPClient
+from ._tornado_entry_points import SimpleAsyncHTTPClient
 from .httpclient import ReadIntoAsyncHTTPClient
 from .httpserver import ReadIntoHTTPServer
 

@@ -6,86 +6,50 @@ Strategy:
   ``recv`` attempt (EAGAIN ones included), appends what arrived to
   ``_read_buffer`` and then slices a ``bytes`` copy out for the caller: three
   copies of every byte and a 64 KiB memset per syscall.
-* The read state machine is a pure object, `tornado_readinto._readcore.ReadCore`,
-  with the shape of an ``asyncio.BufferedProtocol``; this class is its
-  selector engine: from the readable callback (or inline, when a read
-  starts) it calls ``recv_into`` on the view ``core.get_buffer()`` hands out and
-  reports the count with ``core.buffer_updated(n)``, which completes reads.
-* Every stream owns one *read-ahead* buffer (in its core), allocated once and
-  reused.  A ``recv_into`` lands in its free tail; ``read_bytes`` and friends
-  copy their result out of it once.  It grows only for a pending read that
-  needs more room (a big ``read_bytes`` or ``read_until``) and shrinks back
-  when drained.
-* ``read_into(buf)`` first copies whatever is already read ahead (bounded: at
-  most one read-ahead buffer), then ``recv_into``\\ s the rest *directly into the
-  unfilled tail of* ``buf``, for exactly the bytes still missing, so large
-  frames are never copied in user space.  Small remainders (under
-  `DIRECT_READ_MIN_NBYTES`) go through the read-ahead buffer instead, so that
-  a whole small message costs one syscall.
-* A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
-  means the kernel had nothing more: we then wait for the selector instead of
-  issuing a speculative ``recv`` that would fail with EAGAIN.  That proof
-  holds for `DRAINED_VALID_S` after that recv or after the stream's last
-  write, whichever is later: a read that starts later (the loop thread was
-  held up, typically waiting for the GIL while another thread ran Python)
-  tries the ``recv`` first, since the data has most likely arrived, and a
-  read it satisfies completes inline, in the same loop turn.  TLS sockets only
-  wait after OpenSSL itself says "want read", since decrypted bytes can sit
-  inside the SSL object where the selector cannot see them.
-* READ interest stays registered while the read-ahead buffer has room, so a
-  busy stream does not drop and re-add it (an ``epoll_ctl`` pair) between
-  consecutive reads as stock Tornado does whenever bytes are left over.
+* Here one object owns the stream's socket I/O:
+  `tornado_readinto._streamcore.StreamCore` (the read core with the shape of
+  an ``asyncio.BufferedProtocol``, the receive, the write queue and the
+  cork).  This module is its thin Tornado face: the Futures, the event-loop
+  registration, ``close``, ``start_tls`` and the error policy.
+* Every read goes one way (`ReadIntoIOStream._read`): the core starts it and
+  returns its result when the bytes read ahead complete it (a resolved
+  Future, no syscall); else the read gets its Future, and either parks at
+  once (a short ``recv`` just proved the socket empty) or receives now and
+  parks if that was not enough.  READ events resume it.
+* Every read-ahead byte lives in one buffer per stream, allocated once and
+  reused; ``read_into(buf)`` receives the bytes not read ahead straight into
+  ``buf``.  READ interest stays registered while the read-ahead buffer has
+  room, so consecutive reads cost no ``epoll_ctl``.
 * Before a pending read parks, its stream may ask the event loop to keep
-  polling instead of blocking for up to `DEFAULT_BUSY_POLL_S` (adaptive; see
-  `tornado_readinto.busypoll`): in a request/response exchange the answer
-  often arrives within tens of microseconds, and parking (then waking a
-  halted CPU) costs more than that.  The stream never spins inside its own
-  callback, so other connections and callbacks are never held up, on any
-  event loop.  ``busy_poll_s=0`` turns it off.
-* While another thread holds the GIL (a dask worker's task threads running
-  Python), every ``socket`` call's GIL release can hand the GIL over, and
-  the loop thread then waits up to the 5 ms switch interval for it.  Plain
-  sockets time their ``recv_into``/``sendmsg`` (two ``perf_counter`` reads);
-  once one is seen to stall that long, the process's plain streams make
-  those calls through `tornado_readinto._gilheld` (``recv``/``writev`` that
-  keep the GIL: non-blocking, they return in microseconds) for the next
-  second, then probe again.  Only the loop's own wait for the network
-  (``epoll_wait``) still releases the GIL.
-* Reads and writes that can finish at once take a short path: a read whose
-  bytes are already read ahead is copied out and returned as a resolved
-  Future (no read state, no syscall); a write to an idle plain socket is one
-  ``sendmsg`` of the caller's buffers, queued only if the kernel did not take
-  them all.
-* Replies written while more input is already read ahead (pipelined
-  requests) are corked: held, copied, until the reads catch up, then sent
-  together in one ``sendmsg``.  A reply to a lone message is never held.
-* A cancelled read closes the stream: bytes may already have been consumed,
-  so the only safe state is closed, never silently out of step.
+  polling instead of blocking (see `tornado_readinto.busypoll`); the stream
+  never spins inside its own callback.
+* Errors follow one policy (`ReadIntoIOStream._fail`): logged as Tornado
+  logs them, recorded as the stream's ``error``, then the stream closes.  A
+  cancelled read closes the stream too: bytes may already have been
+  consumed, so the only safe state is closed, never silently out of step.
 
-Layout: this module is the Tornado face and the selector engine; the read
-state machine is `tornado_readinto._readcore`, the write path (``write``,
-``writelines``, the cork, the gather send) the mixin
-`tornado_readinto._writepath.WritePath`, and the transport engine
-`tornado_readinto._transport` (its protocol and the stream's half, the mixin
-``TransportEngine``).
+`docs/internals.rst` draws the call graph of a read and the core's states.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import re
 import socket
 import ssl
 import sys
-from time import perf_counter
-from typing import Any, Union
+import warnings
+from typing import Any, Callable, Union
 
 from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
 
-from . import _gilheld, _transport, busypoll
-from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
+from . import _gilheld, busypoll
+from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
+from ._streamcore import CORK_MAX_NBYTES, CORKED, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, SEND, StreamCore
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -93,14 +57,12 @@ from ._tornado_compat import (
     StreamClosedError,
     UnsatisfiableReadError,
     default_ssl_context,
+    future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
-from ._transport import TransportEngine
-from ._writepath import CORK_MAX_NBYTES, IOV_MAX, MAX_SEND_NBYTES, WritePath
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 from .errors import BufferBusyError, ReadIntoError
 from .framing import MessageReader
-from .writebuffer import ChunkedWriteBuffer
 
 __all__ = [
     "ReadIntoIOStream",
@@ -112,15 +74,24 @@ __all__ = [
     "MAX_SEND_NBYTES",
 ]
 
-#: How long a short ``recv`` proves a plain socket empty.  A read that starts
-#: later tries ``recv`` before waiting for the event loop: when the loop thread
-#: was held up this long (by a thread holding the GIL: a hand-off takes up to
-#: the 5 ms switch interval), the peer has most likely answered, and a read
-#: completed inline costs no poll, no parked Future and no extra loop turn,
-#: each of which releases the GIL again.  Without such stalls, reads come
-#: within tens of microseconds of the last ``recv`` and keep the saving of the
-#: ``recv`` that would fail with EAGAIN.
-DRAINED_VALID_S = 1e-3  # seconds
+#: The environment variable that chose the retired transport engine; a
+#: process that sets it is warned once that it is ignored.
+ENGINE_ENV_VAR = "TORNADO_READINTO_ENGINE"
+
+_NOT_GIVEN: Any = object()
+_engine_env_warned = False
+
+
+def _warn_engine_env() -> None:
+    """Warn once per process if `ENGINE_ENV_VAR` is set: it is ignored."""
+    global _engine_env_warned
+    if not _engine_env_warned and os.environ.get(ENGINE_ENV_VAR):
+        _engine_env_warned = True
+        warnings.warn(
+            f"{ENGINE_ENV_VAR} is ignored: the transport engine was retired",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 #: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
@@ -132,9 +103,7 @@ _ERROR = ioloop.IOLoop.ERROR
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
-_STALL_S = _gilheld.STALL_S
-_COPY_S_PER_BYTE = _gilheld.COPY_S_PER_BYTE
-# A real socket's own C methods (see _own_socket_io).
+# A real socket's own C methods (see own_socket_io).
 _SOCKET_RECV_INTO = socket.socket.recv_into
 _SOCKET_SENDMSG = getattr(socket.socket, "sendmsg", None)
 
@@ -153,6 +122,12 @@ class _ReadFuture(Future):  # type: ignore[type-arg]
             if stream is not None:
                 stream._on_read_cancelled(self)
         return cancelled
+
+
+def _retrieve(future: Future[Any]) -> None:
+    """Mark a Future's exception retrieved (its read raised to the caller)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _writable_bytes_view(buf: Any) -> memoryview:
@@ -177,7 +152,7 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
-class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
+class ReadIntoIOStream(IOStream):
     """A drop-in `tornado.iostream.IOStream` with a zero-copy `read_into`.
 
     Takes the same arguments as `IOStream`.  Every stock method keeps its
@@ -192,38 +167,20 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
       ``epoll_ctl`` churn between consecutive reads;
     * on a plain socket, while other threads are seen to hold the GIL,
       ``recv``/``writev`` calls that keep the GIL instead of the ``socket``
-      methods, whose every GIL release can cost a 5 ms hand-off (1-3 us
-      more per call; see `tornado_readinto._gilheld`);
+      methods, whose every GIL release can cost a switch-interval hand-off
+      (see `tornado_readinto._gilheld`);
     * a read whose Future is cancelled closes the stream;
     * a stream that closes in the middle of `read_bytes` or `read_into` fails
       the read with `IncompleteReadError` (a ``StreamClosedError``) carrying the
       expected and received byte counts.
 
-    Two engines carry the bytes; the read core, the limits and every method
-    behave the same on both:
+    The socket I/O is one `tornado_readinto._streamcore.StreamCore`; this
+    class is its Tornado face (see ``docs/internals.rst``).
 
-    * ``engine="selector"`` (the default): ``recv_into`` and ``sendmsg`` from
-      the loop's readiness callbacks, as Tornado does, with the GIL kept
-      across them while another thread is seen to hold it;
-    * ``engine="transport"``: the running loop's own transport
-      (``loop.connect_accepted_socket``, an ``asyncio.BufferedProtocol``)
-      receives into the buffers the read core hands out, in C on uvloop.  It
-      is made when a read first has to wait (reads before that are inline);
-      writes still go out with the stream's own ``sendmsg`` while the kernel
-      takes them, and the transport sends a 64 KiB copy only when the kernel
-      is full.  Closing aborts the transport, which closes the socket
-      itself at the loop's next iteration.  It costs about the same CPU per
-      small message as the selector engine (0.74-1.21x over three runs) and
-      delivers 1.5-9x less throughput while another thread holds the GIL, so
-      it is not the default.
-      TLS streams, socket wrappers and subclasses with their own
-      ``read_from_fd`` run on the selector engine whatever is asked.
-
-    :arg engine: ``"selector"``, ``"transport"``, ``"auto"`` (the selector)
-        or None: the ``TORNADO_READINTO_ENGINE`` environment variable, else
-        ``"auto"``.  The chosen one is the `engine` attribute.
     :arg busy_poll_s: see `tornado_readinto.busypoll`.
-    :raises ValueError: an unknown ``engine``, or a negative ``busy_poll_s``.
+    :arg engine: ignored, with a ``DeprecationWarning``: the transport
+        engine was retired (so was ``TORNADO_READINTO_ENGINE``).
+    :raises ValueError: a negative ``busy_poll_s``.
 
     .. versionadded:: 0.1
     """
@@ -232,90 +189,105 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     _short_read_drains = True
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
-    # Plain sockets may run on the event loop's transport (engine=).
-    _transport_capable = True
+    # Only for instances made without __init__ (read_from_fd's fallback).
+    _core: StreamCore = None  # type: ignore[assignment]
 
     def __init__(
         self,
         socket: socket.socket,
         *args: Any,
         busy_poll_s: float = DEFAULT_BUSY_POLL_S,
-        engine: str | None = None,
+        engine: object = _NOT_GIVEN,
         **kwargs: Any,
     ) -> None:
+        if engine is not _NOT_GIVEN:
+            warnings.warn(
+                "ReadIntoIOStream(engine=...) is ignored: the transport engine was retired",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        _warn_engine_env()
         if not busy_poll_s >= 0:
             raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
         #: Base busy-poll budget of a pending read that parks (0: never spin);
         #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
-        self._busy_poll: BusyPoll | None = None  # made with the IOLoop below
-        # Bytes of the write buffer that the cork holds back (see writelines).
-        self._cork_nbytes = 0
-        # The read state machine: the read-ahead buffer and the pending read
-        # (see tornado_readinto._readcore); this class is its selector engine.
-        # Made first: BaseIOStream.__init__ sets its sizes (properties below).
-        self._core = ReadCore()
-        # A read completed inside Tornado's _try_inline_read, until its
-        # _finish_read hook hands it over.
-        self._read_result: Any = None
-        # False only when the last recv proved the socket (and SSL object)
-        # empty; a READ event sets it back.  Lets reads skip a doomed recv,
-        # for DRAINED_VALID_S after _drained_at (perf_counter seconds).
-        self._readable_hint = True
-        self._drained_at = 0.0
-        #: Bytes received so far (for idle timeouts and statistics).
-        self.nbytes_received = 0
-        chosen = _transport.choose_engine(engine, socket)  # raises for a bad name
-        # A subclass that reads through its own read_from_fd (Tornado's hook
-        # for that) gets the engine that calls it.
-        if not self._transport_capable or type(self).read_from_fd is not ReadIntoIOStream.read_from_fd:
-            chosen = "selector"
-        #: What carries the stream's bytes: ``"selector"`` (``recv_into`` and
-        #: ``sendmsg`` from the loop's readiness callbacks) or ``"transport"``
-        #: (the event loop's own transport; see the ``engine`` argument).
-        self.engine = chosen
-        self._use_transport = self.engine == "transport"
-        # The transport engine's protocol (once the transport is being made),
-        # its transport (once made), and its state.
-        self._protocol: _transport.StreamProtocol | None = None
-        self._transport: asyncio.Transport | None = None
-        self._attach_task: asyncio.Task[None] | None = None
-        self._write_paused = False  # the transport holds unsent bytes
-        self._transport_held = 0  # bytes of the piece handed to the transport
-        self._reading_paused = False  # paused: idle, read-ahead full
+        # Made first: BaseIOStream.__init__ sets the sizes (properties below)
+        # and the write queue.
+        self._core = core = StreamCore(short_read_drains=self._short_read_drains)
         super().__init__(socket, *args, **kwargs)
-        # Same append/peek/advance contract as Tornado's _StreamBuffer (which
-        # dask.distributed appends to directly), plus peek_buffers for sendmsg.
-        self._write_buffer: ChunkedWriteBuffer = ChunkedWriteBuffer()  # type: ignore[assignment]
-        self._gather = self._gather and hasattr(self.socket, "sendmsg")
+        sock = self.socket
+        gather = self._gather and hasattr(sock, "sendmsg")
+        core.gather = gather
         # The GIL-keeping calls of _gilheld stand in only for a real socket's
         # own C methods, never for a wrapper's or a subclass's overrides.
-        sock_type = type(self.socket)
-        self._own_socket_io = (
+        sock_type = type(sock)
+        core.own_socket_io = (
             _gilheld.AVAILABLE
-            and self._gather
+            and gather
             and sock_type.recv_into is _SOCKET_RECV_INTO
             and sock_type.sendmsg is _SOCKET_SENDMSG
         )
+        core.read_from_fd = self._own_read_from_fd()
+        core.write_to_fd = None if gather else self.write_to_fd
+        # The core receives and sends on the socket itself unless the face
+        # does both (TLS: SSL_read and SSL_write through the ssl object).
+        core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
+        core.close = self.close
+        core.fail = self._fail
         # set_nodelay applies to TCP sockets only (the family never changes).
-        self._tcp = self.socket.family in _TCP_FAMILIES
+        self._tcp = sock.family in _TCP_FAMILIES
         # The stream's asyncio loop, given to its Futures: a Future made
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
         self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
+        # The resolved Future that writes sent at once share (made on first use).
+        self._sent_future: Future[None] | None = None
         if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
-            self._busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
+            core.busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
 
-    # -- compatibility shims ---------------------------------------------------
+    def _own_read_from_fd(self) -> Callable[[memoryview], int | None] | None:
+        """The receive the core calls instead of its own ``recv_into``: a
+        subclass's ``read_from_fd`` (Tornado's hook for that), else None."""
+        override = type(self).read_from_fd
+        if override is ReadIntoIOStream.read_from_fd:
+            return None
+        return self.read_from_fd  # type: ignore[no-any-return]
+
+    # -- Tornado's attributes, kept by the core -----------------------------------
+
+    @property  # type: ignore[override]
+    def read_from_fd(self) -> Callable[[memoryview], int | None]:
+        """Tornado's hook: one receive into ``buf``; the byte count, None on
+        EAGAIN, 0 at EOF.  On a plain socket, a ``recv_into`` that keeps the
+        GIL while it is contended (see `tornado_readinto._gilheld`).
+
+        Assigning a function here (as Tornado's tests do) makes the stream
+        receive through it; deleting it restores the stream's own.
+        """
+        core = self._core
+        if core is not None and core.read_from_fd is not None:
+            return core.read_from_fd
+        if core is None or core.sock is None:  # made without __init__ (TLS tests)
+            return self._socket_read_from_fd()
+        return core.recv_plain
+
+    @read_from_fd.setter
+    def read_from_fd(self, function: Callable[[memoryview], int | None]) -> None:  # type: ignore[override]
+        self._core.read_from_fd = function
+
+    @read_from_fd.deleter
+    def read_from_fd(self) -> None:
+        self._core.read_from_fd = self._own_read_from_fd()
+
+    def _socket_read_from_fd(self) -> Callable[[memoryview], int | None]:
+        return IOStream.read_from_fd.__get__(self)  # type: ignore[no-any-return]
 
     @property  # type: ignore[override]
     def _read_buffer(self) -> bytes:
-        """A *copy* of the bytes read ahead and not yet consumed.
-
-        Stock Tornado keeps a ``bytearray`` here; this stream's read core
-        keeps a reusable buffer with an offset instead, so outside code gets a
-        snapshot.
-        """
+        """A *copy* of the bytes read ahead and not yet consumed (stock
+        Tornado keeps a ``bytearray`` here; the core keeps a reusable buffer
+        with an offset)."""
         return self._core.peek_buffered()
 
     @_read_buffer.setter
@@ -326,7 +298,8 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
 
     @property  # type: ignore[override]
     def _read_buffer_size(self) -> int:
-        """Bytes read ahead and not yet consumed (kept by the read core)."""
+        """Bytes read ahead and not yet consumed (Tornado's
+        ``_maybe_add_error_listener`` reads it)."""
         return self._core.buffered_nbytes
 
     @_read_buffer_size.setter
@@ -336,9 +309,42 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             raise AttributeError("_read_buffer_size counts the bytes read ahead: assign _read_buffer instead")
 
     @property  # type: ignore[override]
+    def _write_buffer(self) -> Any:
+        """The write queue (a `~tornado_readinto.writebuffer.ChunkedWriteBuffer`:
+        ``append``/``peek``/``advance``, as dask.distributed uses it), None
+        once closed (as stock)."""
+        core = self._core
+        return None if core.closed else core.write_buffer
+
+    @_write_buffer.setter
+    def _write_buffer(self, value: Any) -> None:
+        # BaseIOStream.__init__ assigns a _StreamBuffer, _signal_closed None:
+        # the queue itself is the core's.
+        pass
+
+    @property  # type: ignore[override]
+    def _total_write_index(self) -> int:
+        """Bytes ever queued (dask.distributed bumps it after appending to
+        `_write_buffer`, then calls ``write(b"")``)."""
+        return self._core.write_index
+
+    @_total_write_index.setter
+    def _total_write_index(self, nbytes: int) -> None:
+        self._core.write_index = nbytes
+
+    @property  # type: ignore[override]
+    def _total_write_done_index(self) -> int:
+        """Bytes ever sent."""
+        return self._core.done_index
+
+    @_total_write_done_index.setter
+    def _total_write_done_index(self, nbytes: int) -> None:
+        self._core.done_index = nbytes
+
+    @property  # type: ignore[override]
     def max_buffer_size(self) -> int:
         """As stock: the most bytes read ahead (a `read_into` buffer does not
-        count); kept by the read core."""
+        count); kept by the core."""
         return self._core.max_buffer_size
 
     @max_buffer_size.setter
@@ -348,12 +354,31 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
     @property  # type: ignore[override]
     def read_chunk_size(self) -> int:
         """As stock: the usual size of one read-ahead ``recv``; kept by the
-        read core."""
+        core."""
         return self._core.read_chunk_size
 
     @read_chunk_size.setter
     def read_chunk_size(self, nbytes: int) -> None:
         self._core.read_chunk_size = nbytes
+
+    @property
+    def nbytes_received(self) -> int:
+        """Bytes received so far (for idle timeouts and statistics)."""
+        return self._core.nbytes_received
+
+    # The core's state, for tests and introspection.
+
+    @property
+    def _busy_poll(self) -> BusyPoll | None:
+        return self._core.busy_poll
+
+    @property
+    def _own_socket_io(self) -> bool:
+        return self._core.own_socket_io
+
+    @property
+    def _cork_nbytes(self) -> int:
+        return self._core.cork_nbytes
 
     # -- reads -----------------------------------------------------------------
 
@@ -384,12 +409,8 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         # A bytearray is always writable, contiguous and of format 'B'.
         view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
         if self._read_future is not None:
-            view.release()
-            self._start_read()  # raises: closed, or a read is in progress
-        result = self._core.read_into(view, partial)
-        if result is PENDING:
-            return self._pending_read_into()
-        return self._resolved(result)
+            view.release()  # the read is refused below
+        return self._read(self._core.read_into, view, partial)
 
     def read_bytes(self, num_bytes: int, partial: bool = False) -> Future[bytes]:
         """Read ``num_bytes`` bytes (or, with ``partial``, at least one).
@@ -401,12 +422,7 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         """
         if num_bytes < 0:
             raise ValueError(f"read_bytes needs num_bytes >= 0, got {num_bytes}")
-        if self._read_future is not None:
-            self._start_read()  # raises: closed, or a read is in progress
-        result = self._core.read_bytes(num_bytes, partial)
-        if result is PENDING:
-            return self._pending_read()
-        return self._resolved(result)
+        return self._read(self._core.read_bytes, num_bytes, partial)
 
     def read_until(self, delimiter: bytes, max_bytes: int | None = None) -> Future[bytes]:
         """As stock: read up to and including ``delimiter``.
@@ -417,38 +433,17 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         fails with ``StreamClosedError`` (``real_error``:
         ``UnsatisfiableReadError``).
         """
-        if self._read_future is not None:
-            self._start_read()  # raises: closed, or a read is in progress
-        try:
-            result = self._core.read_until(delimiter, max_bytes)
-        except UnsatisfiableReadError as e:
-            return self._unsatisfiable(e)
-        if result is PENDING:
-            return self._pending_read()
-        return self._resolved(result)
+        return self._read(self._core.read_until, delimiter, max_bytes)
 
     def read_until_regex(self, regex: bytes, max_bytes: int | None = None) -> Future[bytes]:
         """As stock: read up to the end of the first match of ``regex``;
         ``max_bytes`` as in `read_until`."""
-        if self._read_future is not None:
-            self._start_read()  # raises: closed, or a read is in progress
-        try:
-            result = self._core.read_until_regex(re.compile(regex), max_bytes)
-        except UnsatisfiableReadError as e:
-            return self._unsatisfiable(e)
-        if result is PENDING:
-            return self._pending_read()
-        return self._resolved(result)
+        return self._read(self._core.read_until_regex, re.compile(regex), max_bytes)
 
     def read_until_close(self) -> Future[bytes]:
         """As stock: read everything until the peer closes (bounded by
         ``max_buffer_size``); resolves at once on a closed stream."""
-        if self._read_future is not None:
-            self._start_read()  # raises: closed, or a read is in progress
-        result = self._core.read_until_close()
-        if result is PENDING:
-            return self._pending_read()
-        return self._resolved(result)
+        return self._read(self._core.read_until_close)
 
     def read_message(self, reader: MessageReader) -> Future[Any]:
         """Read one message with an incremental ``reader`` (such as
@@ -475,94 +470,81 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             # Closed because the data was rejected: what is left read ahead
             # belongs to that bad message.
             raise StreamClosedError(real_error=error)
-        if self._read_future is not None:
-            self._start_read()  # raises: closed, or a read is in progress
-        try:
-            result = self._core.read_message(reader)
-        except Exception as e:
-            # The reader rejected the bytes read ahead: the read fails with
-            # its error and the stream closes (see _signal_closed).
-            future = self._start_read()
-            self.close(exc_info=e)
-            return future
-        if result is PENDING:
-            return self._pending_read()
-        return self._resolved(result)
+        return self._read(self._core.read_message, reader)
 
-    def _pending_read_into(self) -> Future[int]:
-        """The Future of a `read_into` that the bytes read ahead did not
-        complete: the socket is tried now, else READ awaited."""
-        future = self._start_read()
+    def _read(self, start: Callable[..., Any], *args: Any) -> Future[Any]:
+        """The one path of every read: ``start(*args)`` is one of the core's
+        ``read_*`` methods.
+
+        * The bytes read ahead complete the read: an already resolved Future
+          (no read state, no syscall).
+        * They break a limit (``read_until``'s ``max_bytes``) or a reader
+          rejects them: the stream closes and the read's Future fails.
+        * Else the read gets its Future and, unless a ``recv`` just proved
+          the socket empty, receives now; if that does not complete it, it
+          parks (busy-poll policy, cork flushed) and waits for READ.
+
+        :raises BufferBusyError: another read is in progress.
+        :raises StreamClosedError: the stream is closed (and the bytes read
+            ahead do not complete the read).
+        :raises OSError: the receive failed (the stream is closed).
+        """
+        if self._read_future is not None:
+            if self._closed:
+                raise StreamClosedError(real_error=self.error)
+            raise BufferBusyError("a read is already in progress on this stream")
+        try:
+            result = start(*args)
+        except UnsatisfiableReadError as e:
+            return self._failed_read(e, "read")
+        except BufferBusyError:
+            raise
+        except Exception as e:  # a reader rejected the bytes read ahead
+            return self._failed_read(e, "data")
+        if result is not PENDING:
+            future: Future[Any] = Future(loop=self._loop)
+            future.set_result(result)
+            state = self._state
+            if state is None or state == _ERROR:
+                self._maybe_add_error_listener()
+            return future
+        future = _ReadFuture(loop=self._loop)
+        future._stream = self  # type: ignore[attr-defined]
+        self._read_future = future
+        core = self._core
         if self._closed:
             # Nothing more will come: raise, as stock does (its Future stays
-            # pending); the core's read ends, which releases ``buf``.
-            self._core.connection_lost(self.error)
+            # pending); the core's read ends, which releases a read_into buffer.
+            core.connection_lost(self.error)
+            future.add_done_callback(_retrieve)
             raise StreamClosedError(real_error=self.error)
-        try:
-            if not self._parked_at_once():
-                self._receive_or_park()
-        except BaseException:
-            future.add_done_callback(lambda f: f.exception())
-            raise
-        return future
-
-    def _pending_read(self) -> Future[Any]:
-        """The Future of a read that the bytes read ahead did not complete,
-        as stock: Tornado's ``_try_inline_read`` (which calls
-        `_find_read_pos`, `_read_to_buffer_loop` and `_finish_read` below)
-        tries the socket now, else waits for READ."""
-        future = self._start_read()
-        try:
-            if not self._parked_at_once():
-                self._try_inline_read()
-        except UnsatisfiableReadError as e:
-            # As stock read_until: the stream closes, the Future fails.
-            gen_log.info("Unsatisfiable read, closing connection: %s", e)
-            self.close(exc_info=e)
-        except BaseException:
-            future.add_done_callback(lambda f: f.exception())
-            raise
-        return future
-
-    def _find_read_pos(self) -> int | None:
-        """Tornado's hook, asked before receiving: None, since the core
-        completes a read as soon as its bytes are there.  On a closed stream
-        the core's read ends here (stock then raises ``StreamClosedError``)."""
-        if self._closed:
-            self._core.connection_lost(self.error)
-        return None
-
-    def _read_to_buffer_loop(self) -> int | None:  # type: ignore[override]
-        """Tornado's hook: receive for the pending read; a dummy position
-        once it completed (its result waits for `_finish_read`), else None."""
-        result = self._receive_for_read()
-        if result is PENDING:
-            return None
-        self._read_result = result
-        return 0
-
-    def _finish_read(self, size: int) -> None:
-        """Tornado's hook (through ``_read_from_buffer``): resolve the read
-        that `_read_to_buffer_loop` completed."""
-        result, self._read_result = self._read_result, None
-        self._complete(result)
-
-    def _unsatisfiable(self, error: UnsatisfiableReadError) -> Future[Any]:
-        """The bytes read ahead already break a ``max_bytes``: as stock, the
-        stream closes and the read's Future fails with ``StreamClosedError``."""
-        future = self._start_read()
-        gen_log.info("Unsatisfiable read, closing connection: %s", error)
-        self.close(exc_info=error)
-        return future
-
-    def _resolved(self, result: Any) -> Future[Any]:
-        """A Future already resolved to ``result``: a read that the
-        read-ahead bytes satisfied without entering the read state."""
-        future: Future[Any] = Future(loop=self._loop)
-        future.set_result(result)
         state = self._state
-        if state is None or state == _ERROR:
-            self._maybe_add_error_listener()
+        registered = state is not None and state & _READ != 0
+        try:
+            if core.readable_hint or not core.proved_empty(registered):
+                result = core.receive()
+                if result is not PENDING:
+                    self._complete(result)
+                    return future
+                if self._closed:
+                    return future
+            if core.park():
+                self._add_io_state(_WRITE)
+            if not registered:
+                self._add_io_state(_READ)
+        except Exception as e:
+            if self._fail(e, "read"):
+                future.add_done_callback(_retrieve)
+                raise
+        return future
+
+    def _failed_read(self, error: Exception, where: str) -> Future[Any]:
+        """A read whose start already failed (`_read`): its Future fails as
+        the stream closes."""
+        future = _ReadFuture(loop=self._loop)
+        future._stream = self  # type: ignore[attr-defined]
+        self._read_future = future
+        self._fail(error, where)
         return future
 
     def _complete(self, result: Any) -> None:
@@ -577,209 +559,192 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         if state is None or state == _ERROR:
             self._maybe_add_error_listener()
 
-    def _start_read(self) -> Future:  # type: ignore[type-arg]
-        if self._read_future is not None:
-            self._check_closed()
-            raise BufferBusyError("a read is already in progress on this stream")
-        future = _ReadFuture(loop=self._loop)
-        future._stream = self  # type: ignore[assignment]
-        self._read_future = future
-        return future
-
-    def _on_read_cancelled(self, future: Future) -> None:  # type: ignore[type-arg]
-        if self._read_future is future and not self.closed():
-            gen_log.debug("read cancelled; closing %r so it cannot get out of step", self)
+    def _on_read_cancelled(self, future: Future[Any]) -> None:
+        if self._read_future is future and not self._closed:
             self._read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
             self._core.discard()
-            self.close(exc_info=asyncio.CancelledError("a read was cancelled, so the stream was closed"))
-
-    def _handle_read(self) -> None:
-        try:
-            result = self._receive_for_read()
-        except UnsatisfiableReadError:
-            raise
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            gen_log.warning("error on read: %s", e)
-            self.close(exc_info=e)
-            return
-        if result is not PENDING:
-            self._complete(result)
-
-    def _receive_for_read(self) -> Any:
-        """Receive until the pending read completes, the socket has no more
-        data, or the stream closes; return the read's result, or `PENDING`
-        (the read then waits for the selector)."""
-        result = self._receive_now()
-        if result is PENDING and self._read_future is not None and not self._closed:
-            self._read_parked()
-        return result
-
-    def _read_parked(self) -> None:
-        """The pending read waits for the engine (selector or transport):
-        send the replies the cork holds (the reads caught up), and tell the
-        busy poll that a read parked."""
-        if self._cork_nbytes:
-            self._uncork()
-        poll = self._busy_poll
-        if poll is not None:
-            now = perf_counter()
-            if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
-                poll.parked(now)
-
-    def _parked_at_once(self) -> bool:
-        """Park the pending read without trying the socket if a recv just
-        proved it empty with READ registered (what receiving now would
-        conclude, minus the calls): True if it parked."""
-        if self._readable_hint or self._protocol is not None or self.closed() or not self._proved_empty():
-            return False
-        self._read_parked()
-        return True
-
-    def _receive_or_park(self) -> None:
-        """The pending read cannot be satisfied from the buffer: receive what
-        the socket has, else wait for READ (keeping the loop polling a while
-        if busy-polling is on)."""
-        result = self._receive_for_read()
-        if result is not PENDING:
-            self._complete(result)
-        elif not self._closed:
-            state = self._state
-            if state is None or not state & _READ or self._reading_paused:
-                self._add_io_state(_READ)
+            self._fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
 
     def _read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
-        loop: nothing is read ahead and, as in `_receive_now`, a recv just
-        proved the (plain) socket empty with READ registered.  No syscall.
-        Lets a serving loop skip its own yield between requests."""
-        if self._core.buffered_nbytes:
-            return False
-        # The transport delivers bytes only from the loop's own callbacks.
-        return self._protocol is not None or self._proved_empty()
-
-    def _proved_empty(self) -> bool:
-        """The last recv, less than `DRAINED_VALID_S` ago, found the (plain)
-        socket empty, and READ is registered: the (level-triggered) selector
-        will report new data, so a recv now would only fail with EAGAIN."""
-        return (
-            not self._readable_hint
-            and self._short_read_drains
-            and bool((self._state or 0) & _READ)
-            and perf_counter() - self._drained_at < DRAINED_VALID_S
-        )
-
-    def _receive_now(self) -> Any:
-        """Feed the read core what the socket has now: ``recv_into`` the
-        buffer it hands out, then tell it how many bytes arrived; return the
-        pending read's result or `PENDING`."""
-        if self._protocol is not None or (not self._readable_hint and self._proved_empty()):
-            # Wait for the selector, or for the transport (which owns the
-            # socket once it is being made; until then reads are inline).
-            return PENDING
+        loop: nothing is read ahead and a ``recv`` just proved the (plain)
+        socket empty with READ registered.  No syscall.  Lets a serving loop
+        skip its own yield between requests."""
         core = self._core
-        if not core.reading:
-            # Idle read-ahead (READ stays registered): one recv bounded by the
-            # read chunk size, which also notices EOF for the close callback.
-            view = core.get_buffer()
-            if len(view):
-                received = self._recv_into(view)
-                if received:
-                    core.buffer_updated(received)
-            return PENDING
-        recv_into = self._recv_into
-        while not self._closed:
+        if core.buffered_nbytes:
+            return False
+        state = self._state
+        return core.proved_empty(state is not None and state & _READ != 0)
+
+    def _readable(self) -> None:
+        """A READ event: receive for the pending read (or read ahead)."""
+        core = self._core
+        try:
+            result = core.receive()
+        except UnsatisfiableReadError:
+            raise  # _handle_events' policy
+        except Exception as e:
+            self._fail(e, "event")
+            return
+        if result is not PENDING:
+            self._complete(result)
+        elif self._read_future is not None and not self._closed and core.park():
+            self._add_io_state(_WRITE)
+
+    # -- writes ----------------------------------------------------------------
+
+    def set_nodelay(self, value: bool) -> None:
+        """As stock `IOStream.set_nodelay`: one ``setsockopt(TCP_NODELAY)``
+        on a TCP socket, nothing on other families, errors of a socket being
+        closed ignored.  The family is looked up once, when the stream is
+        made, not per call (Tornado's ``HTTP1Connection`` calls this twice
+        per response)."""
+        if self._tcp and self.socket is not None:
             try:
-                view = core.get_buffer()
-            except Exception as e:  # a reader that failed earlier
-                self.close(exc_info=e)
-                return PENDING
-            received = recv_into(view)
-            if not received:
-                break  # EAGAIN, or closed (EOF, reset: close() ended the read)
-            try:
-                result = core.buffer_updated(received, more=True)
-            except StreamBufferFullError as e:
-                gen_log.error("Reached maximum read buffer size")
-                self.close(exc_info=e)
-                raise
-            except UnsatisfiableReadError:
-                raise
-            except Exception as e:  # the reader rejected the bytes (FramingError…)
-                self.close(exc_info=e)
-                return PENDING
-            if result is not PENDING:
-                return result
-            if not self._readable_hint:
-                break
+                self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if value else 0)
+            except OSError as e:
+                if e.errno != errno.EINVAL and not self._is_connreset(e):
+                    raise
+
+    @property
+    def write_buffer_nbytes(self) -> int:
+        """Bytes queued and not yet sent (0 once closed): for backpressure."""
+        return len(self._core.write_buffer)
+
+    def writing(self) -> bool:
+        """As stock: True while written bytes wait to be sent."""
+        return bool(self._core.write_buffer)
+
+    def write(self, data: Any) -> Future[None]:
+        """Queue ``data`` and send what the socket takes now; the Future
+        resolves once all of it was sent.
+
+        As stock `IOStream.write` (same ``max_write_buffer_size`` check, same
+        Future), but ``data`` may be any C-contiguous buffer and is sized by
+        ``nbytes``.  Data over 8 KiB is kept by reference until sent (do not
+        modify it before the Future resolves); smaller data is copied into a
+        shared chunk.  Sending gathers up to `IOV_MAX` queued buffers per
+        ``sendmsg`` on plain sockets.
+
+        :raises StreamClosedError: the stream is closed.
+        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
+            exceeded (nothing is queued).
+        """
+        return self.writelines((data,))
+
+    def writelines(self, buffers: Any) -> Future[None]:
+        """Queue many buffers under one Future and send them with as few
+        gather syscalls as the socket allows.
+
+        Costs one Future for the whole call (no per-buffer Future or
+        callback); buffers over 8 KiB are sent by reference (zero copy),
+        smaller ones are coalesced by one copy into shared chunks.  On plain
+        sockets every ``sendmsg`` carries up to `IOV_MAX` buffers, and when
+        nothing is queued the buffers go out in one ``sendmsg`` straight from
+        the caller's objects: nothing is copied or queued unless the kernel
+        takes only part of them, and when it takes them all the returned
+        Future is already resolved: the same Future for every such write of
+        the stream, so that none is made (a write that has to wait gets a
+        Future of its own).
+
+        Cork: while bytes of further input are already read ahead (pipelined
+        requests), a write of small buffers (each under 8 KiB, up to
+        `CORK_MAX_NBYTES` held in all) is copied and held, and its Future is
+        resolved at once; the held bytes leave in one ``sendmsg`` with the
+        first write made once the read-ahead is drained, or when a read has
+        to wait for the socket, or on the next event-loop iteration, or
+        before `close`, whichever comes first.  A write made with nothing
+        read ahead is never held.
+
+        :arg buffers: bytes-like objects (any C-contiguous buffer, sized by
+            ``nbytes``); they must stay unchanged until the Future resolves.
+        :raises StreamClosedError: the stream is closed.
+        :raises StreamBufferFullError: ``max_write_buffer_size`` would be
+            exceeded (nothing is queued).
+        """
         if self._closed:
-            return PENDING
-        return core.search()  # a regex search put off by more=True
+            raise StreamClosedError(real_error=self.error)
+        core = self._core
+        connecting = self._connecting
+        status = core.writelines(buffers, connecting, self.max_write_buffer_size)
+        if status <= CORKED:
+            # Sent at once, or corked: the stream's one resolved Future.
+            if status:
+                self._loop.call_soon(self._uncork)
+            future = self._sent_future
+            if future is None:
+                future = self._sent_future = Future(loop=self._loop)
+                future.set_result(None)
+            state = self._state
+            if state is None or state == _ERROR:
+                self._maybe_add_error_listener()
+            return future
+        future = Future(loop=self._loop)
+        self._write_futures.append((core.write_index, future))
+        if not connecting:
+            if status == SEND:
+                self._writable()
+            if core.write_buffer:
+                self._add_io_state(_WRITE)
+            self._maybe_add_error_listener()
+        return future
 
-    def _recv_into(self, view: memoryview) -> int | None:
-        """One ``recv_into(view)``; the single place where reads meet the
-        socket.  Returns the byte count, 0 on EAGAIN or EOF (after closing),
-        None after a connection reset (closed).  Other errors close the stream
-        and propagate."""
-        requested = len(view)
-        try:
-            received = self.read_from_fd(view)
-        except OSError as e:
-            self.close(exc_info=e)
-            if self._is_connreset(e):
-                return None
-            raise
-        if received is None:
-            self._readable_hint = False
-            self._drained_at = perf_counter()
-            return 0
-        if received == 0:
-            self._readable_hint = False
-            self.close()
-            return 0
-        if received < requested and self._short_read_drains:
-            self._readable_hint = False
-            self._drained_at = perf_counter()
-        self.nbytes_received += received
-        return received
+    def _writable(self) -> None:
+        """A WRITE event (or a write to send now): send what is queued,
+        then resolve the writes whose bytes all left."""
+        core = self._core
+        core.send_queued()  # a failed send closes the stream (the core calls _fail)
+        done_index = core.done_index
+        futures = self._write_futures
+        while futures and futures[0][0] <= done_index:
+            future_set_result_unless_cancelled(futures.popleft()[1], None)
 
-    def read_from_fd(self, buf: bytearray | memoryview) -> int | None:
-        """As stock (``recv_into``; None on EAGAIN), but while the GIL is
-        contended a real socket is read with a ``recv`` that keeps it (see
-        `tornado_readinto._gilheld`).  Costs two ``perf_counter`` reads."""
-        start = perf_counter()
-        if self._own_socket_io and start < _gilheld.held_until:
-            try:
-                return _gilheld.recv_into(self.socket.fileno(), buf)
-            except BlockingIOError:
-                return None
-        try:
-            received = self.socket.recv_into(buf)
-        except BlockingIOError:
-            received = None
-        end = perf_counter()
-        if end - start > _STALL_S + (received or 0) * _COPY_S_PER_BYTE:
-            _gilheld.note_stall(end)
-        return received  # type: ignore[no-any-return]
+    def _uncork(self) -> None:
+        """Send what the cork holds (on the event loop's next iteration, or
+        before closing)."""
+        if self._core.uncork():
+            self._add_io_state(_WRITE)
 
-    def _signal_closed(self) -> None:
-        self._write_paused = False
-        self._transport_held = 0
-        future = self._read_future
-        # The core says what the pending read fails with (IncompleteReadError
-        # with counts, the reader's own error, or StreamClosedError), and gives
-        # back a drained read-ahead buffer.
-        error = self._core.connection_lost(self.error)
-        if error is not None and future is not None and not future.done():
-            future.set_exception(error)
-            future.exception()  # retrieved: the caller gets it by awaiting
-        if self._write_buffer is not None:
-            # Release our views of the caller's buffers now (Tornado 6.5 just
-            # drops the buffer and leaves that to the garbage collector).
-            self._write_buffer.clear()
-        super()._signal_closed()
+    # -- the error policy --------------------------------------------------------
+
+    def _fail(self, error: BaseException, where: str) -> bool:
+        """The stream's one error policy: log ``error`` as Tornado logs it
+        where it happened, record it as the stream's ``error`` and close the
+        stream.  Returns True when the caller must raise it on (what stock
+        raises to the caller of a read or out of the event handler).
+
+        :arg where: ``"read"`` (a read being started), ``"event"`` (a READ
+            event), ``"events"`` (the event handler's last resort),
+            ``"write"`` (a send), ``"data"`` (a reader rejected the bytes:
+            not logged) or ``"cancel"`` (a read's Future was cancelled).
+        """
+        raise_on = False
+        if isinstance(error, UnsatisfiableReadError):
+            gen_log.info("Unsatisfiable read, closing connection: %s", error)
+        elif where == "events":
+            gen_log.error("Uncaught exception, closing connection.", exc_info=error)
+            raise_on = True
+        elif where == "data":
+            pass
+        elif where == "cancel":
+            gen_log.debug("read cancelled; closing %r so it cannot get out of step", self)
+        elif isinstance(error, StreamBufferFullError):
+            gen_log.error("Reached maximum read buffer size")
+            if where == "event":
+                gen_log.warning("error on read: %s", error)
+            raise_on = where == "read"
+        elif not self._is_connreset(error):
+            if where == "write":
+                gen_log.warning("Write error on %s: %s", self.fileno(), error)
+            elif where == "event":
+                gen_log.warning("error on read: %s", error)
+            else:
+                raise_on = True  # an inline read raises, as stock
+        self.close(exc_info=error)
+        return raise_on
+
+    # -- close and events: Tornado's bodies, edited --------------------------------
 
     def close(self, exc_info: Any = False) -> None:
         """As stock `IOStream.close`; replies held by the cork (see
@@ -788,12 +753,13 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         As stock, a pending read that the bytes read ahead satisfy completes,
         and ``read_until_close`` completes with them unless the stream closes
         for an error (a connection reset counts as a close)."""
-        if self._cork_nbytes and not exc_info:
+        core = self._core
+        if core.cork_nbytes and not exc_info:
             self._uncork()
-        self._cork_nbytes = 0
+        core.cork_nbytes = 0
         if not self._closed:
-            # Stock close(), with the read core deciding what a pending read
-            # gets (stock asks _find_read_pos and _finish_read).
+            # Stock close(), with the core deciding what a pending read gets
+            # (stock asks _find_read_pos and _finish_read).
             if exc_info:
                 if isinstance(exc_info, tuple):
                     self.error = exc_info[1]
@@ -804,45 +770,50 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
                     if any(exc_info):
                         self.error = exc_info[1]
             error = self.error
-            result = self._core.eof_received(error is None or self._is_connreset(error))
+            result = core.eof_received(error is None or self._is_connreset(error))
             if result is not PENDING:
                 self._complete(result)
             if self._state is not None:
-                if self._protocol is None:
-                    self.io_loop.remove_handler(self.fileno())
+                self.io_loop.remove_handler(self.fileno())
                 self._state = None
             self.close_fd()
             self._closed = True
+            core.closed = True
         self._signal_closed()
 
-    # -- events ----------------------------------------------------------------
+    def _signal_closed(self) -> None:
+        future = self._read_future
+        # The core says what the pending read fails with (IncompleteReadError
+        # with counts, the reader's own error, or StreamClosedError), and gives
+        # back a drained read-ahead buffer.
+        error = self._core.connection_lost(self.error)
+        if error is not None and future is not None and not future.done():
+            future.set_exception(error)
+            future.exception()  # retrieved: the caller gets it by awaiting
+        # Release our views of the caller's buffers now.
+        self._core.write_buffer.clear()
+        super()._signal_closed()
 
     def _handle_events(self, fd: Any, events: int) -> None:
         if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
-            return
-        if self._use_transport:
-            self._connected_for_transport(fd)
             return
         try:
             if self._connecting:
                 self._handle_connect()
                 if self._closed:
                     return
+            core = self._core
             if events & _READ:
-                self._readable_hint = True
-                poll = self._busy_poll
-                if poll is not None and poll.parked_at:
-                    poll.data_came(perf_counter())
-                self._handle_read()
+                core.readable()
+                self._readable()
                 if self._closed:
                     return
-                core = self._core
                 if events == _READ and (self._read_future is not None or core.buffered_nbytes < core.read_chunk_size):
                     return  # READ was registered and stays: nothing to update
             if events & _WRITE:
-                self._handle_write()
-            if self.closed():
+                self._writable()
+            if self._closed:
                 return
             if events & _ERROR:
                 self.error = self.get_fd_error()
@@ -851,7 +822,6 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
             state = _ERROR
             # Unlike stock, keep READ while the read-ahead buffer has room, so
             # consecutive reads on a busy stream cost no epoll_ctl.
-            core = self._core
             if self.reading() or core.buffered_nbytes < core.read_chunk_size:
                 state |= _READ
             if self.writing():
@@ -860,14 +830,9 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
                 assert self._state is not None, "_handle_events without self._state"
                 self._state = state
                 self.io_loop.update_handler(self.fileno(), self._state)
-        except UnsatisfiableReadError as e:
-            gen_log.info("Unsatisfiable read, closing connection: %s", e)
-            self.close(exc_info=e)
         except Exception as e:
-            gen_log.error("Uncaught exception, closing connection.", exc_info=True)
-            self.close(exc_info=e)
-            raise
-
+            if self._fail(e, "events"):
+                raise
 
     # -- TLS -------------------------------------------------------------------
 
@@ -883,36 +848,25 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         :raises ValueError: the stream is not idle (reads, writes or buffered
             bytes pending).
         """
+        core = self._core
         if (
             self._read_future
             or self._write_futures
-            or self._connect_future
+            or self._connecting
             or self._closed
-            or self._core.buffered_nbytes
-            or self._write_buffer
-            or self._write_paused
+            or core.buffered_nbytes
+            or core.write_buffer
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
         if ssl_options is None:
             ssl_options = default_ssl_context(server_side)
         sock = self.socket
-        protocol = self._protocol
-        if protocol is None:
-            self.io_loop.remove_handler(sock)
-        elif not protocol.started:
-            # The transport engine had not begun to make its transport.
-            if self._attach_task is not None:
-                self._attach_task.cancel()
-        else:
-            # The transport (made or being made) owns the socket and closes
-            # it: TLS goes on over a duplicate of it.
-            sock = sock.dup()
-            if self._transport is not None:
-                self._transport.abort()
+        self.io_loop.remove_handler(sock)
         self.socket = None  # type: ignore[assignment]
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
-        self._closed = True
+        self._closed = core.closed = True
+        core.sock = None  # type: ignore[assignment]
         self._state = None
         sock = ssl_wrap_socket(
             sock,
@@ -937,13 +891,14 @@ class ReadIntoIOStream(WritePath, TransportEngine, IOStream):
         return future
 
 
-class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):
+class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
     """`ReadIntoIOStream` over TLS: a drop-in `tornado.iostream.SSLIOStream`.
 
     Reads wait on the selector only after OpenSSL reports "want read" (bytes
     already decrypted inside the SSL object are invisible to the selector),
     each ``recv_into`` is clipped to 1 GiB (OpenSSL takes an ``int``), and no
-    read is attempted before the handshake has finished.
+    read is attempted before the handshake has finished.  Writes go out one
+    ``SSL_write`` per coalesced segment.
 
     .. versionadded:: 0.1
     """
@@ -952,30 +907,35 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):
     _short_read_drains = False
     # Its socket starts plain and is wrapped after connect(): decide here.
     _gather = False
-    # TLS runs on the selector engine only.
-    _transport_capable = False
 
-    # SSL_read through the ssl object (SSLIOStream's), never the plain path.
-    read_from_fd = SSLIOStream.read_from_fd
+    def _own_read_from_fd(self) -> Callable[[memoryview], int | None] | None:
+        # SSL_read through the ssl object (SSLIOStream's), never the plain path.
+        override = type(self).read_from_fd
+        if override is ReadIntoIOStream.read_from_fd:
+            return self._socket_read_from_fd()
+        return self.read_from_fd  # type: ignore[no-any-return]
 
-    def _handle_read(self) -> None:
+    def _socket_read_from_fd(self) -> Callable[[memoryview], int | None]:
+        return SSLIOStream.read_from_fd.__get__(self)  # type: ignore[no-any-return]
+
+    def _readable(self) -> None:
         if self._ssl_accepting:
             self._do_ssl_handshake()
-            if self._ssl_accepting or self.closed():
+            if self._ssl_accepting or self._closed:
                 return
             # Records may already sit decrypted in the SSL object.
-            self._readable_hint = True
-        ReadIntoIOStream._handle_read(self)
+            self._core.readable_hint = True
+        ReadIntoIOStream._readable(self)
 
-    def _handle_write(self) -> None:
+    def _writable(self) -> None:
         if self._ssl_accepting:
             self._do_ssl_handshake()
-            if self._ssl_accepting or self.closed():
+            if self._ssl_accepting or self._closed:
                 return
-            self._readable_hint = True
+            self._core.readable_hint = True
             if self._read_future is not None:
-                ReadIntoIOStream._handle_read(self)
-                if self.closed():
+                ReadIntoIOStream._readable(self)
+                if self._closed:
                     return
-        ReadIntoIOStream._handle_write(self)
+        ReadIntoIOStream._writable(self)
 

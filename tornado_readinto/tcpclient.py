@@ -22,7 +22,8 @@ from tornado.concurrent import Future
 from tornado.netutil import Resolver
 
 from ._net import resolve_numeric
-from ._tornado_compat import IOStream, TCPClient
+from ._tornado_compat import IOStream
+from ._tornado_entry_points import TCPClient
 from .iostream import ReadIntoIOStream
 
 __all__ = ["ReadIntoTCPClient"]

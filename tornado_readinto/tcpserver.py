@@ -27,7 +27,8 @@ from tornado.log import app_log
 from tornado.util import errno_from_exception
 
 from ._net import bind_tcp_sockets  # noqa: F401 - re-exported (it lived here)
-from ._tornado_compat import TCPServer, ssl_wrap_socket
+from ._tornado_compat import ssl_wrap_socket
+from ._tornado_entry_points import TCPServer
 from .iostream import ReadIntoIOStream, SSLReadIntoIOStream
 
 __all__ = ["ReadIntoTCPServer", "HandshakingTCPServer", "bind_tcp_sockets", "DEFAULT_TLS_HANDSHAKE_TIMEOUT"]

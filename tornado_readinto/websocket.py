@@ -21,7 +21,7 @@ from tornado.ioloop import IOLoop
 from tornado.netutil import Resolver
 from tornado.websocket import WebSocketClientConnection
 
-from ._tornado_compat import HTTPRequest, TCPClient, _RequestProxy
+from ._tornado_entry_points import HTTPRequest, TCPClient, _RequestProxy
 from .tcpclient import ReadIntoTCPClient
 
 __all__ = ["ReadIntoWebSocketClientConnection", "websocket_connect"]

@@ -58,17 +58,9 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("readinto-3reads", _T + "ReadInto3Reads", "ReadIntoIOStream, read_into per count, lengths, frame"),
         ImplSpec("readinto-uninit", _T + "ReadIntoUninit", "readinto into uninitialized_allocator (huge-page) buffers"),
         ImplSpec("readinto-nospin", _T + "ReadIntoNoSpin", "readinto with busy_poll_s=0 (park at once, as stock)"),
-        ImplSpec("readinto-selector", _T + "ReadIntoSelector", "readinto on the selector engine"),
-        ImplSpec("readinto-transport", _T + "ReadIntoTransport", "readinto on the transport engine"),
         ImplSpec("framed-bytearray", _T + "FramedBytearray", "FramedStream, bytearray_allocator", requires=_FRAMED),
         ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
         ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
-        ImplSpec(
-            "framed-pool-selector", _T + "FramedPoolSelector", "framed-pool on the selector engine", requires=_FRAMED
-        ),
-        ImplSpec(
-            "framed-pool-transport", _T + "FramedPoolTransport", "framed-pool on the transport engine", requires=_FRAMED
-        ),
         ImplSpec("framed-pool-nospin", _T + "FramedPoolNoSpin", "framed-pool with busy_poll_s=0", requires=_FRAMED),
         ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly(16) + readexactly(n); drain"),
         ImplSpec(
@@ -91,13 +83,6 @@ IMPLS: dict[str, ImplSpec] = {
             "uvloop-protocol-exact", _P + "AsyncioProtocolExact", "protocol-exact on uvloop", "uvloop", ("uvloop",)
         ),
         ImplSpec("uvloop-readinto", _T + "ReadInto", "ReadIntoIOStream on uvloop", "uvloop", ("uvloop",)),
-        ImplSpec(
-            "uvloop-readinto-transport",
-            _T + "ReadIntoTransport",
-            "ReadIntoIOStream on uvloop's transport (engine='transport')",
-            "uvloop",
-            ("uvloop",),
-        ),
         ImplSpec(
             "uvloop-framed-pool",
             _T + "FramedPool",

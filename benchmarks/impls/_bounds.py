@@ -12,8 +12,8 @@ the 16-byte head, then each frame; one ``writelines``).
   proved empty" timestamp (restarted at each write, as ours), the busy-poll
   policy (the real `BusyPoll`), the GIL-stall checks around ``recv`` and
   ``sendmsg`` (two ``perf_counter`` reads each) and the received-bytes
-  count.  It leaves out the cork test, the event handler's engine and
-  connect tests and the error listener.
+  count.  It leaves out the cork test, the event handler's connect
+  test and the error listener.
 
 Neither has limits, a cancellation policy, other read modes or error
 handling beyond closing; a real stream needs those, so what these cost per
@@ -35,7 +35,7 @@ from tornado.iostream import StreamClosedError
 
 from tornado_readinto import _gilheld
 from tornado_readinto import iostream as _iostream
-from tornado_readinto._writepath import _total_nbytes
+from tornado_readinto._streamcore import _total_nbytes
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 
 from ._tornado import ReadInto

@@ -179,20 +179,6 @@ class ReadInto3Reads(ReadInto):
         return frames
 
 
-class ReadIntoSelector(ReadInto):
-    """`ReadInto` on the selector engine (``engine="selector"``):
-    ``recv_into``/``sendmsg`` from the loop's readiness callbacks."""
-
-    stream_kwargs = {"engine": "selector"}
-
-
-class ReadIntoTransport(ReadInto):
-    """`ReadInto` on the transport engine (``engine="transport"``): the
-    loop's own transport receives into the stream's buffers."""
-
-    stream_kwargs = {"engine": "transport"}
-
-
 class ReadIntoNoSpin(ReadInto):
     """`ReadInto` with busy-polling off (``busy_poll_s=0``): every read that
     finds no data parks on the selector at once, as stock does."""
@@ -265,18 +251,6 @@ class FramedPool(_Framed):
 
     def release(self, frames: Sequence[Buffer]) -> None:
         self.allocator.release_all(frames)
-
-
-class FramedPoolSelector(FramedPool):
-    """`FramedPool` on the selector engine."""
-
-    stream_kwargs = {"engine": "selector"}
-
-
-class FramedPoolTransport(FramedPool):
-    """`FramedPool` on the transport engine."""
-
-    stream_kwargs = {"engine": "transport"}
 
 
 class FramedPoolNoSpin(FramedPool):

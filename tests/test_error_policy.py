@@ -1,0 +1,40 @@
+"""One error policy: `ReadIntoIOStream._fail` is the only place in the stream
+and its core that logs an error and closes the stream with it."""
+
+import ast
+import pathlib
+
+import tornado_readinto
+
+
+def _calls(module_name):
+    """``(function, call source)`` for every call in a module of the package."""
+    path = pathlib.Path(tornado_readinto.__file__).parent / f"{module_name}.py"
+    tree = ast.parse(path.read_text())
+    found = []
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call):
+                    found.append((func.name, ast.unparse(node.func), node))
+    return found
+
+
+def test_error_policy_only_fail_closes_with_an_error():
+    for module in ("iostream", "_streamcore", "_readcore"):
+        closers = {
+            name
+            for name, callee, call in _calls(module)
+            if callee.endswith(".close") and (call.args or call.keywords)
+            and not (call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value is False)
+        }
+        assert closers <= {"_fail"}, (module, closers)
+
+
+def test_error_policy_only_fail_logs():
+    for module in ("iostream", "_streamcore", "_readcore"):
+        loggers = {name for name, callee, _ in _calls(module) if callee.startswith("gen_log.")}
+        # _handle_events' warning about an event for a closed stream closes nothing.
+        assert loggers <= {"_fail", "_handle_events"}, (module, loggers)
+        handle_events = [ast.unparse(call) for name, callee, call in _calls(module) if name == "_handle_events"]
+        assert not [c for c in handle_events if c.startswith("gen_log.") and "closed stream" not in c]

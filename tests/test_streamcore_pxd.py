@@ -1,0 +1,31 @@
+"""The ``.pxd`` files that type the core for Cython's pure-Python mode
+declare exactly the fields and methods the ``.py`` modules have (no
+compiler needed to check that they did not drift apart)."""
+
+import pathlib
+import re
+
+import pytest
+
+from tornado_readinto import _readcore, _streamcore
+
+_DECLARATION = re.compile(r"^\s+(cdef|cpdef)\s+(?:(?:public|readonly)\s+)?[\w ]*?\b(\w+)\s*(\(|#|$)", re.M)
+
+
+def declarations(module):
+    """``(fields, methods)`` declared in ``module``'s ``.pxd``."""
+    text = pathlib.Path(module.__file__).with_suffix(".pxd").read_text()
+    body = text.split("cdef class", 1)[1]
+    fields, methods = set(), set()
+    for match in _DECLARATION.finditer(body):
+        (methods if match.group(3) == "(" else fields).add(match.group(2))
+    return fields, methods
+
+
+@pytest.mark.parametrize("module, cls", [(_readcore, _readcore.ReadCore), (_streamcore, _streamcore.StreamCore)])
+def test_pxd_declares_every_slot_and_its_methods_exist(module, cls):
+    fields, methods = declarations(module)
+    assert fields == set(cls.__slots__)
+    defined = {name for name, value in vars(cls).items() if callable(value) and not name.startswith("__")}
+    # Every declared method exists (undeclared ones stay Python methods).
+    assert methods <= defined, methods - defined

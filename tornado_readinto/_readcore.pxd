@@ -1,0 +1,56 @@
+# Declarations for compiling _readcore.py with Cython in pure-Python mode
+# (issue #33): the same .py, typed by this file.  See _streamcore.pxd for the
+# states of a stream's core.
+
+cdef class ReadCore:
+    # -- limits (Tornado's read_chunk_size and max_buffer_size) --
+    cdef public Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound
+    cdef public object max_buffer_size        # most bytes read ahead (a read_into target does not count);
+                                              # an object: dask.distributed passes a float
+    cdef public Py_ssize_t direct_min_nbytes  # missing bytes from which a read receives in place
+    # -- the read-ahead buffer: valid bytes are _ra[_start : _start + buffered_nbytes] --
+    cdef public Py_ssize_t buffered_nbytes
+    cdef public bint eof                      # eof_received (or connection_lost) was called
+    cdef readonly object _ra                  # bytearray or None (allocated on first use)
+    cdef object _ra_view                      # memoryview of _ra, or None
+    cdef Py_ssize_t _start
+    # -- the pending read (one at most) --
+    cdef int _mode                            # _IDLE, _INTO, _BYTES, _UNTIL, _REGEX, _CLOSE, _MESSAGE
+    cdef readonly object _target              # read_into's 'B' memoryview, or None
+    cdef readonly Py_ssize_t _filled          # bytes of _target filled
+    cdef Py_ssize_t _nbytes                   # read_into / read_bytes: bytes wanted
+    cdef bint _partial
+    cdef object _delimiter                    # bytes or None
+    cdef object _regex                        # compiled pattern or None
+    cdef object _max_bytes                    # int or None
+    cdef readonly Py_ssize_t _scanned         # bytes searched in vain (read_until, read_until_regex)
+    cdef object _reader                       # MessageReader or None
+    cdef readonly object _lent                # the view get_buffer handed out last, or None
+    cdef bint _direct                         # ...and whether it is the pending read's own buffer
+
+    # Starting reads: the result, or PENDING.
+    cpdef object read_into(self, object view, bint partial=*)
+    cpdef object read_bytes(self, Py_ssize_t num_bytes, bint partial=*)
+    cpdef object read_until(self, object delimiter, object max_bytes=*)
+    cpdef object read_until_regex(self, object regex, object max_bytes=*)
+    cpdef object read_until_close(self)
+    cpdef object read_message(self, object reader)
+    # The BufferedProtocol shape.
+    cpdef object get_buffer(self, Py_ssize_t sizehint=*)
+    cpdef object buffer_updated(self, Py_ssize_t nbytes, bint more=*)
+    cpdef object search(self)
+    cpdef object eof_received(self, bint clean=*)
+    cpdef object connection_lost(self, object real_error=*)
+    # Internals (no Python call).
+    cdef object _drop_lent(self)
+    cdef object _end_read(self)
+    cdef object _finish_into(self)
+    cdef object _finish_take(self, Py_ssize_t nbytes)
+    cdef object _find_delimiter(self)
+    cdef object _find_regex(self)
+    cdef object _check_limit(self, object delimiter, Py_ssize_t size)
+    cdef object _feed_reader(self, object reader)
+    cdef object _reserve(self, Py_ssize_t free_nbytes)
+    cdef object _take_nbytes(self, Py_ssize_t nbytes)
+    cdef object _take(self, Py_ssize_t nbytes)
+    cdef object _release_read_ahead(self)

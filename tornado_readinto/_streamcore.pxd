@@ -1,0 +1,91 @@
+# Declarations for compiling _streamcore.py with Cython in pure-Python mode
+# (issue #33): the same .py, typed by this file.
+#
+# The states of a stream's core (docs/internals.rst has them with the call
+# graph of a read).  Three independent parts:
+#
+# The pending read (ReadCore._mode):
+#
+#                 read_*() completed by the bytes read ahead
+#              +-----------------------------------------------+
+#              |                                               |
+#              v        read_*() not completed                 |
+#         +---------+ ----------------------------> +----------+--------+
+#   ----->|  IDLE   |                               |  PENDING          |
+#         |         | <---------------------------- |  INTO BYTES UNTIL |
+#         +---------+   buffer_updated / search /   |  REGEX CLOSE      |
+#              |        eof_received return the     |  MESSAGE          |
+#              |        result                      +-------------------+
+#              |                                          |
+#              |   connection_lost (the read fails with   |
+#              |   the error it returns)                  |
+#              v                                          v
+#         +-----------------------------------------------------+
+#         |  CLOSED (closed, eof): nothing is received any more |
+#         +-----------------------------------------------------+
+#
+# The receive (readable_hint, drained_at):
+#
+#         +-----------+   short recv, or EAGAIN    +--------------+
+#   ----->| READABLE  | -------------------------> | PROVED EMPTY |
+#         |           | <------------------------- | for          |
+#         +-----------+   READ event, or           | DRAINED_VALID_S
+#                         DRAINED_VALID_S passed   +--------------+
+#                         since the recv or the        (a write restarts
+#                         last write                    the window)
+#
+# The write queue (write_buffer, cork_nbytes):
+#
+#                         writelines: all sent at once (SENT)
+#                       +-------------------------------+
+#                       v                               |
+#                  +--------+  writelines while bytes   |
+#   -------------->|  IDLE  |-------------------------->+
+#                  |        |  are read ahead (CORKED)  +--------+
+#                  +--------+ -------------------------> | CORKED |
+#                    ^    |                              +--------+
+#                    |    | kernel took part (QUEUED)      |  uncork (park, next loop turn,
+#        send_queued |    v                                |  next write, close)
+#        took it all +--------+ <--------------------------+
+#                    | QUEUED |  WRITE event: send_queued
+#                    +--------+
+
+from tornado_readinto._readcore cimport ReadCore
+
+
+cdef class StreamCore(ReadCore):
+    # -- the socket --
+    cdef public object sock                   # socket.socket, or None (TLS: unused)
+    cdef public bint gather                   # send with sendmsg (else write_to_fd per segment)
+    cdef public bint short_read_drains        # a short recv proves the socket empty (not TLS)
+    cdef public bint own_socket_io            # _gilheld's calls may replace the socket's own
+    cdef public bint closed                   # the stream closed: no receive, no send
+    # -- the receive --
+    cdef public bint readable_hint            # False only after a recv proved the socket empty
+    cdef public double drained_at             # perf_counter() of that proof, or of the last write
+    cdef public Py_ssize_t nbytes_received
+    cdef public object busy_poll              # BusyPoll or None
+    # -- the write queue and the cork --
+    cdef public object write_buffer           # ChunkedWriteBuffer
+    cdef public Py_ssize_t write_index        # bytes ever queued (Tornado's _total_write_index)
+    cdef public Py_ssize_t done_index         # bytes ever sent (Tornado's _total_write_done_index)
+    cdef public Py_ssize_t cork_nbytes        # bytes at the end of the queue held by the cork
+    # -- callbacks into the face --
+    cdef public object read_from_fd           # (view) -> int | None, or None: recv_plain
+    cdef public object write_to_fd            # (view) -> int, for sockets without sendmsg
+    cdef public object close                  # (exc_info) -> None
+    cdef public object fail                   # (error, where) -> bool: the face's error policy
+
+    # Incoming flow.
+    cpdef bint proved_empty(self, bint read_registered)
+    cpdef object receive(self)
+    cpdef object recv_plain(self, object view)
+    cpdef object park(self)
+    cpdef object readable(self)
+    # Outgoing flow.
+    cpdef int writelines(self, object buffers, bint connecting, object max_write_nbytes) except -1
+    cpdef object send_queued(self)
+    cpdef object uncork(self)
+    cdef object _write_segments(self)
+    cdef object _cork(self, object buffers)
+    cdef object _sendmsg(self, object buffers)

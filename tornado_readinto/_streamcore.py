@@ -1,0 +1,531 @@
+# cython: annotation_typing=False
+"""`StreamCore`: one object that owns a stream's socket I/O.
+
+It is the read core (`tornado_readinto._readcore.ReadCore`, which it
+extends: the read-ahead buffer and the one pending read), the receive
+(``recv_into`` into the buffer the read core hands out, the GIL-keeping
+calls of `tornado_readinto._gilheld`, the proof that the socket is empty and
+the busy-poll policy's hooks) and the write queue with its cork (gather
+``sendmsg``).  `tornado_readinto.iostream.ReadIntoIOStream` is a thin Tornado
+face over it: it owns the Futures, the event-loop registration, ``close`` and
+``start_tls``, and calls the core.
+
+Strategy:
+
+* The core imports nothing from Tornado and holds no event loop: every
+  method returns what the face needs (a read's result or `PENDING`, a write's
+  status) and raises the errors the face's policy must see.  It calls back
+  into the face for four things only, each a plain callable field:
+
+  - ``read_from_fd(view) -> int | None``: the receive of a stream that does
+    not use a plain socket's ``recv_into`` (TLS, a subclass or an instance
+    that replaced Tornado's ``read_from_fd``); None for the others, which
+    the core receives from itself (`recv_plain`);
+  - ``write_to_fd(view) -> int``: the send of a stream without ``sendmsg``
+    (TLS), one segment at a time;
+  - ``close(exc_info)``: the peer closed (``close(False)``);
+  - ``fail(error, where)``: the face's error policy, for the bytes a reader
+    rejected (``"data"``) and for a failed send (``"write"``).
+
+* Fields are plain and typed, methods are ordinary methods, and the hot ones
+  call no other Python function but the socket's and the read core's, so
+  that Cython can compile this module in pure-Python mode with a ``.pxd``.
+* A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
+  proves the socket empty: for `DRAINED_VALID_S` after it (or after the
+  stream's last write, whichever is later) a read that has to wait parks
+  without trying the socket.  TLS sockets prove nothing that way: decrypted
+  bytes can sit inside the SSL object.
+* Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
+  socket straight from the caller's objects, queued only if the kernel took
+  part of them.  Replies written while more input is already read ahead are
+  corked (copied, at most `CORK_MAX_NBYTES`) until the reads catch up.
+* While another thread is seen to hold the GIL, ``recv_into`` and
+  ``sendmsg`` of a real socket go through `tornado_readinto._gilheld`
+  (calls that keep it); each plain call is timed (two ``perf_counter``
+  reads) to notice such a stall.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import socket
+from collections.abc import Iterable
+from time import perf_counter
+from typing import Any, Callable, Final
+
+from . import _gilheld
+from ._readcore import DEFAULT_MAX_BUFFER_SIZE, DEFAULT_READ_CHUNK_SIZE, DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
+from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
+from .busypoll import BusyPoll
+from .writebuffer import ChunkedWriteBuffer
+
+__all__ = [
+    "CORKED",
+    "CORK_MAX_NBYTES",
+    "DRAINED_VALID_S",
+    "IOV_MAX",
+    "MAX_SEND_NBYTES",
+    "QUEUED",
+    "SEND",
+    "SENT",
+    "StreamCore",
+]
+
+
+def _iov_max() -> int:
+    try:
+        return max(1, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover
+        return 16  # POSIX's minimum _XOPEN_IOV_MAX
+
+
+#: Buffers per ``sendmsg``: the kernel's limit (1024 on Linux).
+IOV_MAX: Final = _iov_max()
+
+#: How long a short ``recv`` proves a plain socket empty.  A read that starts
+#: later tries ``recv`` before waiting for the event loop: when the loop thread
+#: was held up this long (by a thread holding the GIL: a hand-off takes up to
+#: the 5 ms switch interval), the peer has most likely answered, and a read
+#: completed inline costs no poll, no parked Future and no extra loop turn.
+DRAINED_VALID_S: Final = 1e-3  # seconds
+
+#: The most bytes of replies a stream holds back while more input is
+#: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
+#: the write buffer.
+CORK_MAX_NBYTES: Final = 64 * 1024  # bytes
+
+#: Only buffers under this size are held back: they are copied, so their
+#: writers may reuse them at once (the write buffer's own threshold).
+_CORK_MAX_BUFFER_NBYTES: Final = 8 * 1024  # bytes
+
+#: Bytes offered to one ``sendmsg``.  Linux's default TCP send buffer tops out
+#: at 4 MiB (net.ipv4.tcp_wmem), so a larger offer only makes more views.
+MAX_SEND_NBYTES: Final = 16 * 1024 * 1024  # bytes
+
+# What `StreamCore.writelines` returns.
+#: Nothing to wait for: every byte was sent, or held by the cork.
+SENT: Final = 0
+#: Held by the cork, which was empty: the face calls `StreamCore.uncork` on
+#: the event loop's next iteration.
+CORKED: Final = 1
+#: Queued: the face makes the write's Future and sends now (`send_queued`).
+SEND: Final = 2
+#: Queued behind a full socket buffer or a connect: the face makes the
+#: write's Future and waits for WRITE.
+QUEUED: Final = 3
+
+_STALL_S: Final = _gilheld.STALL_S
+_COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
+
+#: Types whose ``len`` is their size in bytes.
+_LEN_IS_NBYTES: Final = (bytes, bytearray)
+_nbytes = operator.attrgetter("nbytes")
+
+
+def _buffer_nbytes(data: Any) -> int:
+    """The size of a bytes-like object in bytes (``len`` would count the
+    items of a typed buffer)."""
+    return len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
+
+
+def _total_nbytes(buffers: Iterable[Any]) -> int:
+    """The total size in bytes of bytes-like objects, summed in C (no
+    bytecode per buffer: a message may have thousands)."""
+    return sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
+
+
+def _no_close(exc_info: Any) -> None:  # pragma: no cover - replaced by the face
+    raise RuntimeError("StreamCore.close was not set by the stream")
+
+
+def _no_fail(error: BaseException, where: str) -> bool:  # pragma: no cover - replaced by the face
+    raise error
+
+
+class StreamCore(ReadCore):
+    """The socket I/O of one stream: the read core, the receive, the write
+    queue and the cork (see the module's strategy).
+
+    Not thread-safe: one core belongs to one stream, on its event loop's
+    thread.
+
+    :arg sock: the stream's socket (unused by TLS streams, whose face
+        receives and sends through ``read_from_fd``/``write_to_fd``).
+    :arg gather: send with ``sock.sendmsg`` (plain sockets); else one
+        ``write_to_fd`` per segment.
+    :arg short_read_drains: a ``recv`` shorter than asked proves the socket
+        empty (plain sockets; not TLS).
+    :arg own_socket_io: ``sock`` is a real socket whose own C methods may be
+        replaced by `tornado_readinto._gilheld`'s while the GIL is contended.
+
+    The other arguments are the read core's.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = (
+        # the socket
+        "sock",
+        "gather",
+        "short_read_drains",
+        "own_socket_io",
+        "closed",
+        # the receive
+        "readable_hint",
+        "drained_at",
+        "nbytes_received",
+        "busy_poll",
+        # the write queue and the cork
+        "write_buffer",
+        "write_index",
+        "done_index",
+        "cork_nbytes",
+        # callbacks into the face
+        "read_from_fd",
+        "write_to_fd",
+        "close",
+        "fail",
+    )
+
+    def __init__(
+        self,
+        sock: socket.socket | None = None,
+        *,
+        gather: bool = True,
+        short_read_drains: bool = True,
+        own_socket_io: bool = False,
+        read_chunk_size: int = DEFAULT_READ_CHUNK_SIZE,
+        max_buffer_size: int = DEFAULT_MAX_BUFFER_SIZE,
+        direct_min_nbytes: int = DIRECT_READ_MIN_NBYTES,
+    ) -> None:
+        super().__init__(read_chunk_size, max_buffer_size, direct_min_nbytes)
+        #: The socket (plain streams receive and send on it directly; None
+        #: only for a TLS stream's core, or once start_tls took the socket).
+        self.sock: socket.socket = sock  # type: ignore[assignment]
+        #: Sends gather with ``sendmsg`` (else ``write_to_fd`` per segment).
+        self.gather = gather
+        #: A short ``recv`` proves the socket empty (not on TLS).
+        self.short_read_drains = short_read_drains
+        #: ``recv_into``/``sendmsg`` may keep the GIL (see `_gilheld`).
+        self.own_socket_io = own_socket_io
+        #: True once the stream closed: nothing is received or sent any more.
+        self.closed = False
+        #: False only when the last receive proved the socket empty; a READ
+        #: event sets it back.
+        self.readable_hint = True
+        #: When the socket was last proved empty, or last written to
+        #: (``perf_counter`` seconds).
+        self.drained_at = 0.0
+        #: Bytes received so far.
+        self.nbytes_received = 0
+        #: The busy-poll policy told when a read parks, or None.
+        self.busy_poll: BusyPoll | None = None
+        #: Queued bytes (``append``/``peek``/``advance``, as Tornado's).
+        self.write_buffer = ChunkedWriteBuffer()
+        #: Bytes ever queued (Tornado's ``_total_write_index``).
+        self.write_index = 0
+        #: Bytes ever sent (Tornado's ``_total_write_done_index``).
+        self.done_index = 0
+        #: Bytes at the end of the write queue that the cork holds back.
+        self.cork_nbytes = 0
+        #: The face's receive, or None: `recv_plain` on ``sock``.
+        self.read_from_fd: Callable[[memoryview], int | None] | None = None
+        #: The face's send of one segment (streams without ``sendmsg``).
+        self.write_to_fd: Callable[[memoryview], int] | None = None
+        #: Closes the stream (the face's ``close(exc_info)``).
+        self.close: Callable[[Any], None] = _no_close
+        #: The face's error policy: ``fail(error, where)`` logs, records the
+        #: error and closes the stream.
+        self.fail: Callable[[BaseException, str], bool] = _no_fail
+
+    # -- Incoming flow ----------------------------------------------------------
+
+    def proved_empty(self, read_registered: bool) -> bool:
+        """True when the last ``recv``, less than `DRAINED_VALID_S` ago (or
+        after the last write), found the (plain) socket empty and READ is
+        registered: the level-triggered selector will report new data, so a
+        ``recv`` now would only fail with EAGAIN.  No syscall."""
+        return (
+            not self.readable_hint
+            and self.short_read_drains
+            and read_registered
+            and perf_counter() - self.drained_at < DRAINED_VALID_S
+        )
+
+    def receive(self) -> Any:
+        """Receive what the socket has now and feed it to the read core;
+        return the pending read's result, or `PENDING`.
+
+        With a read pending: receive until it completes, the socket has no
+        more data or the stream closes.  With none: one ``recv`` bounded by
+        ``read_chunk_size`` (which also notices EOF), none when that many
+        bytes are read ahead already.
+
+        Cost: per receive one ``recv_into`` (two ``perf_counter`` reads), one
+        `get_buffer` and one `buffer_updated`.
+
+        :raises OSError: the receive failed (the stream is not closed yet:
+            the face's error policy closes it).
+        :raises StreamBufferFullError: more than ``max_buffer_size`` bytes are
+            read ahead.
+        :raises UnsatisfiableReadError: a ``max_bytes`` was exceeded.
+        """
+        reading = self._mode != 0  # not _IDLE
+        read_from_fd = self.read_from_fd
+        while not self.closed:
+            try:
+                view = self.get_buffer()
+            except Exception as e:  # a reader that failed earlier, or no memory
+                self.fail(e, "data")
+                return PENDING
+            requested = len(view)
+            if not requested:
+                return PENDING  # idle, read_chunk_size bytes read ahead: none
+            received = self.recv_plain(view) if read_from_fd is None else read_from_fd(view)
+            if received is None:  # EAGAIN
+                self.readable_hint = False
+                self.drained_at = perf_counter()
+                break
+            if not received:
+                self.readable_hint = False
+                self.close(False)  # the peer closed: a pending read ends
+                break
+            if received < requested and self.short_read_drains:
+                self.readable_hint = False
+                self.drained_at = perf_counter()
+            self.nbytes_received += received
+            if not reading:
+                self.buffer_updated(received)
+                return PENDING
+            try:
+                result = self.buffer_updated(received, True)
+            except (StreamBufferFullError, UnsatisfiableReadError):
+                raise
+            except Exception as e:  # the reader rejected the bytes (FramingError…)
+                self.fail(e, "data")
+                return PENDING
+            if result is not PENDING:
+                return result
+            if not self.readable_hint:
+                break
+        if self.closed or not reading:
+            return PENDING
+        return self.search()  # a regex search put off by buffer_updated(n, True)
+
+    def recv_plain(self, view: memoryview) -> int | None:
+        """One ``recv_into(view)`` on the plain socket: the byte count, None
+        on EAGAIN, 0 at EOF (Tornado's ``read_from_fd`` contract).  While the
+        GIL is seen to be contended, a real socket is read with a ``recv``
+        that keeps it (see `tornado_readinto._gilheld`).  Costs two
+        ``perf_counter`` reads.
+
+        :raises OSError: the receive failed.
+        """
+        sock = self.sock
+        start = perf_counter()
+        if self.own_socket_io and start < _gilheld.held_until:
+            try:
+                return _gilheld.recv_into(sock.fileno(), view)
+            except BlockingIOError:
+                return None
+        try:
+            received = sock.recv_into(view)
+        except BlockingIOError:
+            received = None
+        end = perf_counter()
+        if end - start > _STALL_S + (received or 0) * _COPY_S_PER_BYTE:
+            _gilheld.note_stall(end)
+        return received  # type: ignore[no-any-return]
+
+    def park(self) -> bool:
+        """The pending read waits for the socket: send the replies the cork
+        holds (the reads caught up) and tell the busy-poll policy.  Returns
+        True if written bytes are left queued (the face waits for WRITE)."""
+        left = False
+        if self.cork_nbytes:
+            left = self.uncork()
+        poll = self.busy_poll
+        if poll is not None:
+            now = perf_counter()
+            if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
+                poll.parked(now)
+        return left
+
+    def readable(self) -> None:
+        """A READ event: the socket has data (the busy-poll policy is told
+        if a read was parked)."""
+        self.readable_hint = True
+        poll = self.busy_poll
+        if poll is not None and poll.parked_at:
+            poll.data_came(perf_counter())
+
+    # -- Outgoing flow ----------------------------------------------------------
+
+    def writelines(self, buffers: Iterable[Any], connecting: bool, max_write_nbytes: int | None) -> int:
+        """Take a write of ``buffers``: send it now, cork it or queue it.
+        Returns `SENT`, `CORKED`, `SEND` or `QUEUED` (see each).
+
+        On an idle plain socket the buffers go out in one ``sendmsg``
+        straight from the caller's objects; only what the kernel did not
+        take is queued (large buffers by reference, small ones copied).
+        While bytes of further input are read ahead, small buffers (each
+        under 8 KiB, up to `CORK_MAX_NBYTES` in all) are copied and held.
+
+        :arg connecting: the stream is still connecting (queue only).
+        :arg max_write_nbytes: Tornado's ``max_write_buffer_size`` (None: no
+            limit).
+        :raises StreamBufferFullError: ``max_write_nbytes`` would be exceeded
+            (nothing is queued).
+        """
+        if not self.readable_hint:
+            # A request/response peer answers only after this write: the
+            # window in which the socket counts as empty starts again here.
+            self.drained_at = perf_counter()
+        write_buffer = self.write_buffer
+        if self.buffered_nbytes and self.gather and len(write_buffer) == self.cork_nbytes:
+            # (Never behind bytes queued by someone else, e.g. dask's direct
+            # _write_buffer appends: their write(b"") must wait for them.)
+            if not connecting and max_write_nbytes is None:
+                was_corked = self.cork_nbytes
+                if self._cork(buffers):
+                    return SENT if was_corked else CORKED
+        sent = 0
+        blocked = False  # the kernel took only part: wait for WRITE
+        if self.gather and max_write_nbytes is None and not connecting and not write_buffer:
+            if not isinstance(buffers, (list, tuple)):
+                buffers = list(buffers)
+            if len(buffers) <= IOV_MAX:
+                total = _total_nbytes(buffers)
+                try:
+                    sent = self._sendmsg(buffers) if total else 0
+                except BlockingIOError:
+                    blocked = True
+                except Exception:
+                    pass  # the queued path below sends again and handles the error
+                else:
+                    if sent == total:
+                        self.write_index += total
+                        self.done_index += total
+                        return SENT
+                    blocked = True
+        self.cork_nbytes = 0  # whatever the cork holds goes out with this write
+        queued = len(write_buffer)
+        if max_write_nbytes is not None:
+            if not isinstance(buffers, (list, tuple)):
+                buffers = list(buffers)
+            if queued + _total_nbytes(buffers) > max_write_nbytes:
+                raise StreamBufferFullError("Reached maximum write buffer size")
+        for data in buffers:
+            write_buffer.append(data)
+        self.write_index += len(write_buffer) - queued
+        if sent:
+            write_buffer.advance(sent)
+            self.done_index += sent
+        return QUEUED if blocked or connecting else SEND
+
+    def send_queued(self) -> None:
+        """Send queued bytes until the socket takes no more: ``sendmsg`` of
+        up to `IOV_MAX` buffers at a time, or (TLS) one ``write_to_fd`` per
+        segment, so that a retry after "want write" starts at the same byte
+        with at least as many bytes, as OpenSSL requires (the queue only
+        grows at its end).  A failed send goes to ``fail(error, "write")``.
+        """
+        write_buffer = self.write_buffer
+        if not self.gather:
+            self._write_segments()
+            return
+        sendmsg = self._sendmsg
+        while write_buffer:
+            views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
+            try:
+                offered = 0
+                for view in views:
+                    offered += len(view)
+                sent = sendmsg(views)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                self.fail(e, "write")
+                return
+            finally:
+                for view in views:
+                    view.release()
+            if not sent:
+                break
+            write_buffer.advance(sent)
+            self.done_index += sent
+            if sent < offered:
+                break  # the socket buffer is full: wait for WRITE
+
+    def _write_segments(self) -> None:
+        """`send_queued` without ``sendmsg``: Tornado's send loop (one
+        ``write_to_fd`` of the first segment at a time)."""
+        write_buffer = self.write_buffer
+        write_to_fd = self.write_to_fd
+        assert write_to_fd is not None
+        while True:
+            size = len(write_buffer)
+            if not size:
+                break
+            try:
+                with write_buffer.peek(size) as view:
+                    sent = write_to_fd(view)
+                if sent == 0:
+                    break
+                write_buffer.advance(sent)
+                self.done_index += sent
+            except BlockingIOError:
+                break
+            except OSError as e:
+                self.fail(e, "write")
+                return
+
+    def uncork(self) -> bool:
+        """Send what the cork holds (one ``sendmsg`` for all of it).  Returns
+        True if bytes are left queued (the face waits for WRITE)."""
+        if not self.cork_nbytes:
+            return False
+        self.cork_nbytes = 0
+        if self.closed or not self.write_buffer:
+            return False
+        self.send_queued()
+        return not self.closed and bool(self.write_buffer)
+
+    def _cork(self, buffers: Iterable[Any]) -> bool:
+        """Hold ``buffers`` back (copied) if they are small and the cork has
+        room; see `writelines`."""
+        if not isinstance(buffers, (list, tuple)):
+            return False
+        total = 0
+        for data in buffers:
+            nbytes = _buffer_nbytes(data)
+            if nbytes >= _CORK_MAX_BUFFER_NBYTES:
+                return False
+            total += nbytes
+        write_buffer = self.write_buffer
+        if not total or len(write_buffer) + total > CORK_MAX_NBYTES:
+            return False  # an empty write is a flush: it waits for what is queued
+        for data in buffers:
+            write_buffer.append(data)
+        self.write_index += total
+        self.cork_nbytes += total
+        return True
+
+    def _sendmsg(self, buffers: Any) -> int:
+        """``sendmsg(buffers)`` on the plain socket, keeping the GIL while it
+        is contended (see `tornado_readinto._gilheld`).
+
+        :raises BlockingIOError: the send buffer is full.
+        :raises OSError: the send failed.
+        """
+        sock = self.sock
+        start = perf_counter()
+        if self.own_socket_io and start < _gilheld.held_until:
+            return _gilheld.writev(sock.fileno(), buffers)
+        sent = sock.sendmsg(buffers)
+        end = perf_counter()
+        if end - start > _STALL_S + sent * _COPY_S_PER_BYTE:
+            _gilheld.note_stall(end)
+        return sent
+
