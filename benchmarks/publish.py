@@ -478,6 +478,32 @@ def large_table(res: Results) -> str:
             + "\n" + source_line((file, command(res, file, "echo"))) + "\n")
 
 
+def profile_table(res: Results) -> str:
+    """Where a dask RPC and a 64 MiB transfer spend their time (one run of
+    benchmarks.dask_profile, both protocols)."""
+    file = "dask-profile.json"
+    r = res.json(file)["results"]
+
+    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str) -> tuple[str, str, str]:
+        return (label, fmt.format(get(r["tcp"])), fmt.format(get(r["readinto"])))
+
+    sys_ = lambda name: (lambda p: p["rpc"]["syscalls"].get(name, 0.0))  # noqa: E731
+    recv = lambda p: p["transfer"]["sides"]["b (receives)"]  # noqa: E731
+    rows = [
+        row("one RPC: wall time, us", lambda p: p["rpc"]["wall_us"], "{:.0f}"),
+        row("one RPC: CPU time, us", lambda p: p["rpc"]["cpu_us"], "{:.0f}"),
+        row("one RPC: ``recvfrom`` calls", sys_("recvfrom"), "{:.1f}"),
+        row("one RPC: ``epoll_ctl`` calls", sys_("epoll_ctl"), "{:.1f}"),
+        row("64 MiB transfer: GB/s over the round", lambda p: p["transfer"]["round_gbps"], "{:.2f}"),
+        row("64 MiB transfer: receiver CPU, ms", lambda p: recv(p)["cpu_ms"], "{:.1f}"),
+        row("64 MiB transfer: receiver page faults", lambda p: recv(p)["minflt"], "{:.0f}"),
+        row("a hop of the dependent chain, ms", lambda p: p["chain"]["hop_ms"], "{:.2f}"),
+    ]
+    return (simple_table(("one run of each protocol", "``tcp://``", "``readinto://``"), rows) + "\n"
+            + source_line((file, "python -m benchmarks.dask_profile --json benchmarks/results/dask-profile.json"))
+            + "\n")
+
+
 #: Every generated include: file name in docs/_generated -> renderer.
 TABLES: dict[str, Callable[[Results], str]] = {
     "headline.rst": lambda res: headline_table(res) + "\n" + headline_sources(res) + "\n",
@@ -489,6 +515,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "opcodes.rst": opcodes_table,
     "echo.rst": echo_table,
     "large.rst": large_table,
+    "dask-profile.rst": profile_table,
 }
 
 
@@ -610,6 +637,9 @@ QUOTES: list[Quote] = [
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),
     Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
+    Quote("CHANGELOG.rst", "Tornado-dispatched stream with no contract at {bounds.bound-tornado.asyncio.x-streams} "
+                           "and {bounds.bound-tornado.uvloop.x-streams}"),
+    Quote("CHANGELOG.rst", "100 MiB ping-pong runs at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
 ]
 
 
