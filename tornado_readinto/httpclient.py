@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ._tornado_compat import SimpleAsyncHTTPClient
 from .iostream import ReadIntoIOStream
@@ -47,7 +47,7 @@ class ReadIntoAsyncHTTPClient(SimpleAsyncHTTPClient):
         # Stock made a TCPClient over self.resolver, which it does not own
         # (closing it is a no-op); ours takes its place.
         stock = self.tcp_client
-        client = _StreamKwargsTCPClient.from_tcp_client(stock)
+        client = cast(_StreamKwargsTCPClient, _StreamKwargsTCPClient.from_tcp_client(stock))
         client.stream_kwargs = dict(stream_kwargs or {})
         self.tcp_client = client
         stock.close()
