@@ -267,9 +267,8 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     # one connection
     **{f"echo.{cpus}.{impl}": echo_ratio(f"echo-{cpus}.json", impl, "stock-read_bytes", "1KiB")
        for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-nospin", "threads")},
-    "echo.100mib.readinto.x-threads": echo_ratio("echo-hugepage-100mib.json", "readinto", "threads", "100MiB"),
-    "echo.100mib.framed-pool.x-threads": echo_ratio("echo-hugepage-100mib.json", "framed-pool", "threads",
-                                                    "100MiB"),
+    **{f"echo.100mib.{impl}.x-threads": echo_ratio("echo-hugepage-100mib.json", impl, "threads", "100MiB")
+       for impl in ("readinto", "readinto-uninit", "framed-pool", "threads-uninit")},
     "full.pipelined.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "1KiB",
                                           "pipelined"),
     "full.100mib.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "100MiB"),
@@ -472,9 +471,13 @@ def echo_table(res: Results) -> str:
 
 def large_table(res: Results) -> str:
     file = "echo-hugepage-100mib.json"
-    rows = [("``ReadIntoIOStream.read_into``", figure(res, "echo.100mib.readinto.x-threads").with_spread),
-            ("``FramedStream`` + ``BufferPool``", figure(res, "echo.100mib.framed-pool.x-threads").with_spread)]
-    return (simple_table(("100 MiB ping-pong, msgs/s", "x blocking threads"), rows)
+    rows = [(label, figure(res, f"echo.100mib.{impl}.x-threads").with_spread) for impl, label in (
+        ("readinto", "``ReadIntoIOStream.read_into``, a reused ``bytearray``"),
+        ("readinto-uninit", "``ReadIntoIOStream.read_into``, huge-page ``numpy.empty``"),
+        ("framed-pool", "``FramedStream`` + ``BufferPool`` (huge pages)"),
+        ("threads-uninit", "blocking threads, huge-page ``numpy.empty``"),
+    )]
+    return (simple_table(("100 MiB ping-pong, msgs/s", "x blocking threads (``bytearray``)"), rows)
             + "\n" + source_line((file, command(res, file, "echo"))) + "\n")
 
 
