@@ -47,9 +47,12 @@ class ReadIntoAsyncHTTPClient(SimpleAsyncHTTPClient):
         # Stock made a TCPClient over self.resolver, which it does not own
         # (closing it is a no-op); ours takes its place.
         stock = self.tcp_client
-        client = cast(_StreamKwargsTCPClient, _StreamKwargsTCPClient.from_tcp_client(stock))
-        client.stream_kwargs = dict(stream_kwargs or {})
-        self.tcp_client = client
+        if stream_kwargs:
+            client = cast(_StreamKwargsTCPClient, _StreamKwargsTCPClient.from_tcp_client(stock))
+            client.stream_kwargs = dict(stream_kwargs)
+            self.tcp_client = client
+        else:
+            self.tcp_client = ReadIntoTCPClient.from_tcp_client(stock)
         stock.close()
 
 
