@@ -292,12 +292,11 @@ def command(res: Results, file: str, module: str) -> str:
         if i and argv[i - 1] in ("--json", "--plot"):
             arg = f"benchmarks/results/{Path(file).stem}{Path(arg).suffix}"
         out.append(arg)
-    return COMMAND_PREFIX.get(file, "") + " ".join([f"python -m benchmarks.{module}", *out])
+    return " ".join([f"python -m benchmarks.{module}", *out])
 
 
-#: Result files made with the command under another one (one CPU: both
-#: processes pinned to CPU 0).
-COMMAND_PREFIX = {"echo-onecpu.json": "taskset -c 0 "}
+#: How a result file's run differed from its command alone.
+COMMAND_NOTES = {"echo-onecpu.json": "with the benchmark's processes pinned to one CPU (``taskset``)"}
 
 
 HTTP_COMMANDS = {
@@ -308,7 +307,8 @@ HTTP_COMMANDS = {
 
 def source_line(*pairs: tuple[str, str]) -> str:
     """The closing line of a generated table: its files and commands."""
-    parts = [f"``benchmarks/results/{file}`` (``{cmd}``)" for file, cmd in pairs]
+    parts = [f"``benchmarks/results/{file}`` (``{cmd}``"
+             + (f", {COMMAND_NOTES[file]}" if file in COMMAND_NOTES else "") + ")" for file, cmd in pairs]
     return "Result file" + ("s" if len(parts) > 1 else "") + ": " + "; ".join(parts) + "."
 
 
