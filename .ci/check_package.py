@@ -9,7 +9,7 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
 3. the sdist holds the package, ``py.typed``, README, the tests and the
    benchmarks; the wheel holds the package and ``py.typed`` only, its
    version is ``tornado_readinto.__version__`` and its only unconditional
-   requirement is Tornado (msgpack comes with the ``comm`` extra);
+   requirement is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
 4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works, and
    ``tornado_readinto.comm`` raises the ImportError that names the extra;
 5. the same venv gets ``distributed``: it finds the ``readinto`` and
@@ -142,8 +142,10 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     if ["Version", version] not in headers:
         raise SystemExit(f"wheel: METADATA version is not {version}")
     required = [value for key, value in headers if key == "Requires-Dist" and "extra ==" not in value]
-    if required != ["tornado>=6.5"]:
-        raise SystemExit(f"wheel: unconditional requirements {required}, expected only tornado>=6.5")
+    # "tornado>=6.5,<7" (setuptools writes its specifiers in its own order)
+    if len(required) != 1 or not required[0].startswith("tornado") or \
+            set(required[0][len("tornado"):].split(",")) != {">=6.5", "<7"}:
+        raise SystemExit(f"wheel: unconditional requirements {required}, expected only tornado>=6.5,<7")
     if ["Provides-Extra", "comm"] not in headers:
         raise SystemExit("wheel: no 'comm' extra")
     if "readinto = tornado_readinto.dask_backend:ReadIntoTCPBackend" not in entry_points:

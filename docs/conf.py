@@ -39,7 +39,9 @@ autodoc_default_options = {
 autodoc_typehints = "signature"
 autodoc_inherit_docstrings = False
 
-exclude_patterns = ["_build"]
+# _generated/ holds the tables that python -m benchmarks.publish renders;
+# pages include them.
+exclude_patterns = ["_build", "_generated"]
 html_theme = "sphinx_rtd_theme"
 html_theme_options = {
     "navigation_depth": 3,

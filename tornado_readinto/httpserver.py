@@ -68,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from tornado.ioloop import IOLoop
@@ -391,13 +392,21 @@ class ReadIntoHTTPServer(ReadIntoTCPServer, HTTPServer):
         server = ReadIntoHTTPServer(app, max_body_size=1 << 30)
         server.listen(8888)
 
-    Takes the same arguments as `HTTPServer`.  Each connection is served by
-    a `ReadIntoHTTP1ServerConnection`, and fixed-length request bodies are
-    received with ``read_into`` (see `ReadIntoHTTP1Connection`).  To pass
-    extra stream arguments, override `ReadIntoTCPServer.make_stream`.
+    Takes the same arguments as `HTTPServer`, and ``stream_kwargs``: extra
+    keyword arguments for every stream, for example ``{"busy_poll_s": 0}``
+    (`ReadIntoTCPServer.stream_kwargs`; ``install(stream_kwargs=...)`` passes
+    it).  Each connection is served by a `ReadIntoHTTP1ServerConnection`, and
+    fixed-length request bodies are received with ``read_into`` (see
+    `ReadIntoHTTP1Connection`).  To choose the stream class, override
+    `ReadIntoTCPServer.make_stream`.
 
     .. versionadded:: 0.1
     """
+
+    def initialize(self, *args: Any, stream_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().initialize(*args, **kwargs)
+        if stream_kwargs:
+            self.stream_kwargs = dict(stream_kwargs)
 
     def handle_stream(self, stream: IOStream, address: Any) -> None:
         """Serve ``stream`` with a `ReadIntoHTTP1ServerConnection` (a stream

@@ -11,6 +11,9 @@ After `install()`:
   before when the previous implementation was a `SimpleAsyncHTTPClient`;
 * websocket handlers run over the HTTP server's streams, so over ours.
 
+``install(stream_kwargs={"busy_poll_s": 0})`` passes extra keyword arguments
+to every stream those servers and clients build (here: no busy polling).
+
 Not covered, because Tornado offers no hook: code that names `TCPServer`,
 `TCPClient` or `SimpleAsyncHTTPClient` directly (use `ReadIntoTCPServer`,
 `ReadIntoTCPClient`, `ReadIntoAsyncHTTPClient`), and
@@ -22,6 +25,7 @@ client per IOLoop: one made before `install` on the same loop stays stock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient
@@ -36,6 +40,8 @@ __all__ = ["install", "uninstall", "installed"]
 _lock = threading.Lock()
 # Configurable._save_configuration() of each base, taken by install().
 _saved: dict[type, Any] = {}
+# The stream_kwargs of the install() in effect.
+_stream_kwargs: dict[str, Any] = {}
 
 
 def installed() -> bool:
@@ -46,25 +52,45 @@ def installed() -> bool:
     return bool(_saved)
 
 
-def install() -> None:
+def install(*, stream_kwargs: Mapping[str, Any] | None = None) -> None:
     """Make ``HTTPServer(...)``, ``Application.listen``, ``AsyncHTTPClient()``
     and websocket handlers use `ReadIntoIOStream`, process-wide.
 
     Opt-in; call it once at start-up, before servers and clients are made.
-    Calling it again while installed does nothing.  `uninstall` undoes it.
+    Calling it again while installed does nothing (with other
+    ``stream_kwargs``, it raises `RuntimeError`: `uninstall` first).
+    `uninstall` undoes it.
+
+    :arg stream_kwargs: extra keyword arguments for every stream that those
+        servers and clients build, for example ``{"busy_poll_s": 0}`` to
+        turn busy polling off (`ReadIntoHTTPServer` and
+        `ReadIntoAsyncHTTPClient` take the same argument).
 
     .. versionadded:: 0.1
     """
+    kwargs = dict(stream_kwargs or {})
     with _lock:
         if _saved:
+            if kwargs != _stream_kwargs:
+                raise RuntimeError(
+                    f"install() is in effect with stream_kwargs={_stream_kwargs}; uninstall() before "
+                    f"installing with stream_kwargs={kwargs}"
+                )
             return
         server_saved = HTTPServer._save_configuration()
         client_saved = AsyncHTTPClient._save_configuration()
-        HTTPServer.configure(ReadIntoHTTPServer, **(server_saved[1] or {}))
+        server_kwargs = dict(server_saved[1] or {})
+        if kwargs:
+            server_kwargs["stream_kwargs"] = kwargs
+        HTTPServer.configure(ReadIntoHTTPServer, **server_kwargs)
         client_kwargs: dict[str, Any] = {}
         if issubclass(AsyncHTTPClient.configured_class(), SimpleAsyncHTTPClient):
             client_kwargs = dict(client_saved[1] or {})
+        if kwargs:
+            client_kwargs["stream_kwargs"] = kwargs
         AsyncHTTPClient.configure(ReadIntoAsyncHTTPClient, **client_kwargs)
+        _stream_kwargs.clear()
+        _stream_kwargs.update(kwargs)
         _saved[HTTPServer] = server_saved
         _saved[AsyncHTTPClient] = client_saved
 
@@ -82,3 +108,4 @@ def uninstall() -> None:
         for base, saved in _saved.items():
             base._restore_configuration(saved)  # type: ignore[attr-defined]
         _saved.clear()
+        _stream_kwargs.clear()

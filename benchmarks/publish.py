@@ -1,0 +1,748 @@
+"""``python -m benchmarks.publish``: render every published figure from the
+result files in ``benchmarks/results/``.
+
+One command writes, from named result files only:
+
+* the tables of the documentation, ``docs/_generated/*.rst`` (each ends by
+  naming its result file and the command that produced it), which the pages
+  include;
+* the headline table, also written into ``README.rst`` between its
+  ``.. published-table: headline`` and ``.. end-published-table`` comments
+  (GitHub and PyPI do not process ``.. include::``);
+* the headline plot, ``docs/_generated/headline.png``, and the values it
+  shows, ``docs/_generated/headline-plot.txt``.
+
+``python -m benchmarks.publish --check`` writes nothing: it renders the same
+things in memory and reports every published table, plot value or quoted
+figure that no longer matches its result file (exit status 1).  Figures
+quoted in prose (README, docs, CHANGELOG) are listed in `QUOTES`, each a
+sentence with named figures of `FIGURES` in it; the check renders the
+sentence and looks for it in the file.  ``--results DIR`` reads the result
+files from another directory (the test suite checks that a changed result
+file is reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+GENERATED = ROOT / "docs" / "_generated"
+README = ROOT / "README.rst"
+
+BEGIN_MARK = ".. published-table: {name}"
+END_MARK = ".. end-published-table"
+
+
+# ---------------------------------------------------------------- reading results
+
+
+class Results:
+    """The result files of one directory, read on first use."""
+
+    def __init__(self, directory: Path = RESULTS) -> None:
+        self.directory = Path(directory)
+        self._cache: dict[str, Any] = {}
+
+    def json(self, name: str) -> Any:
+        if name not in self._cache:
+            self._cache[name] = json.loads((self.directory / name).read_text(encoding="utf-8"))
+        return self._cache[name]
+
+    def text(self, name: str) -> str:
+        return (self.directory / name).read_text(encoding="utf-8")
+
+
+def pick(data: Any, **fields: Any) -> dict[str, Any]:
+    """The one result of a suite's JSON whose fields equal ``fields``."""
+    found = [e for e in data["results"] if all(e.get(k) == v for k, v in fields.items())]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} results match {fields}")
+    return found[0]
+
+
+def values(entry: dict[str, Any], metric: str) -> list[float]:
+    return [r[metric] for r in entry["repeats"] if r.get(metric) is not None]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured figure: its value, the spread (min, max) behind it, its
+    result file, and how it is written."""
+
+    value: float
+    spread: tuple[float, float] | None
+    source: str
+    unit: str = "x"  # "x" (a ratio), "us", "GB/s", "count", ...
+
+    def fmt(self, v: float) -> str:
+        if self.unit == "x":
+            return f"{v:.0f}x" if v >= 10 else f"{v:.2f}x"
+        if self.unit == "count":
+            return f"{v:.0f}"
+        if self.unit == "us":
+            return f"{v:.1f} us" if v < 100 else f"{v:.0f} us"
+        return number(v) if not self.unit else f"{number(v)} {self.unit}"
+
+    @property
+    def text(self) -> str:
+        return self.fmt(self.value)
+
+    @property
+    def bare(self) -> str:
+        """The value without its unit (``2.38``, ``31.2``)."""
+        return self.text.rstrip("x").split(" ")[0]
+
+    @property
+    def with_spread(self) -> str:
+        if self.spread is None:
+            return self.text
+        lo, hi = (self.fmt(v).rstrip("x").split(" ")[0] for v in self.spread)
+        return f"{self.text} ({lo}-{hi})"
+
+
+def number(v: float) -> str:
+    """3 significant figures, k for thousands: 2.95k, 548, 0.97, 6.56."""
+    if v >= 1000:
+        return f"{v / 1000:.3g}k"
+    return f"{v:.3g}"
+
+
+def ratio(mine: dict[str, Any], base: dict[str, Any], metric: str, source: str, *,
+          lower_is_better: bool = False, value: float | None = None) -> Figure:
+    """``mine`` against ``base`` in ``metric``: the ratio of the medians
+    (inverted when lower is better, so above 1 is better), or ``value`` when
+    the suite stored its own ratio; the spread is the ratios repeat by repeat
+    (repeat i of each ran side by side)."""
+    a, b = values(mine, metric), values(base, metric)
+    if value is None:
+        ma, mb = statistics.median(a), statistics.median(b)
+        value = mb / ma if lower_is_better else ma / mb
+    pairs = [(y / x if lower_is_better else x / y) for x, y in zip(a, b) if x and y]
+    return Figure(value, (min(pairs), max(pairs)) if len(pairs) > 1 else None, source)
+
+
+def measured(entry: dict[str, Any], metric: str, source: str, unit: str) -> Figure:
+    v = values(entry, metric)
+    return Figure(statistics.median(v), (min(v), max(v)), source, unit)
+
+
+# ---------------------------------------------------------------- the figures
+
+# dask.json, dask-busy.json: one entry per (workload, protocol), "value" per repeat.
+
+
+def dask_ratio(file: str, workload: str, protocol: str = "readinto") -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        data = res.json(file)
+        mine = pick(data, workload=workload, protocol=protocol)
+        base = pick(data, workload=workload, protocol=mine["baseline"])
+        return ratio(mine, base, "value", file, lower_is_better=not mine["higher_is_better"],
+                     value=mine["x_baseline"])
+    return get
+
+
+def dask_value(file: str, workload: str, protocol: str) -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        e = pick(res.json(file), workload=workload, protocol=protocol)
+        unit = {"RPC/s": "RPC/s", "tasks/s": "tasks/s", "GB/s": "GB/s"}.get(e["metric"], "s")
+        return measured(e, "value", file, unit)
+    return get
+
+
+# http.json, http-uvloop.json: a list of {impl, case, requests, seconds, round}.
+
+
+def http_ratio(file: str, case: str) -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        rows = res.json(file)
+        rate = {(r["impl"], r["round"]): r["requests"] / r["seconds"] for r in rows if r["case"] == case}
+        rounds = sorted({rnd for _, rnd in rate})
+        ratios = [rate["readinto", rnd] / rate["stock", rnd] for rnd in rounds]
+        return Figure(statistics.median(ratios), (min(ratios), max(ratios)), file)
+    return get
+
+
+# load-*.json: one entry per (server, loop, gil_thread, tls, clients).
+
+
+def load_entry(res: Results, file: str, server: str, loop: str, **more: Any) -> dict[str, Any]:
+    return pick(res.json(file), server=server, loop=loop, **more)
+
+
+def load_ratio(file: str, server: str, loop: str, base: str, *, metric: str = "loop_cpu_us_per_msg",
+               **more: Any) -> Callable[[Results], Figure]:
+    """Loop CPU per message against ``base`` (below 1: cheaper), or msgs/s
+    against it (above 1: faster) with ``metric="msgs_per_s"``."""
+    def get(res: Results) -> Figure:
+        mine = load_entry(res, file, server, loop, **more)
+        theirs = load_entry(res, file, base, loop, **more)
+        a, b = values(mine, metric), values(theirs, metric)
+        value = statistics.median(a) / statistics.median(b)
+        pairs = [x / y for x, y in zip(a, b) if x and y]
+        return Figure(value, (min(pairs), max(pairs)), file)
+    return get
+
+
+def load_us(file: str, server: str, loop: str, **more: Any) -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        return measured(load_entry(res, file, server, loop, **more), "loop_cpu_us_per_msg", file, "us")
+    return get
+
+
+# echo-*.json, bench-full.json: one entry per (impl, msize_text, nframes, mode, clients).
+
+
+def echo_ratio(file: str, impl: str, base: str, msize: str, mode: str = "pingpong",
+               nframes: int = 1) -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        data = res.json(file)
+        mine = pick(data, impl=impl, msize_text=msize, mode=mode, nframes=nframes, clients=1)
+        theirs = pick(data, impl=base, msize_text=msize, mode=mode, nframes=nframes, clients=1)
+        return ratio(mine, theirs, "msgs_per_s", file)
+    return get
+
+
+def opcodes(server: str, loop: str) -> Callable[[Results], Figure]:
+    def get(res: Results) -> Figure:
+        for line in res.text("opcodes-bounds.txt").splitlines():
+            parts = line.split()
+            if not line.startswith("#") and parts[:2] == [server, loop]:
+                return Figure(float(parts[2]), None, "opcodes-bounds.txt", "count")
+        raise LookupError(f"no opcode count for {server} on {loop}")
+    return get
+
+
+LOAD = "load-hotpath2.json"
+BOUNDS = "load-bounds.json"
+
+#: Every named figure: name -> how to get it from the result files.
+FIGURES: dict[str, Callable[[Results], Figure]] = {
+    # dask, python -m benchmarks.dask --rpc 5000
+    "dask.rpc": dask_ratio("dask.json", "rpc"),
+    "dask.tasks": dask_ratio("dask.json", "tasks"),
+    "dask.chain": dask_ratio("dask.json", "chain"),
+    "dask.transfer": dask_ratio("dask.json", "transfer"),
+    "dask.full": dask_ratio("dask.json", "full"),
+    "dask.rechunk": dask_ratio("dask.json", "rechunk"),
+    "dask.shuffle": dask_ratio("dask.json", "shuffle"),
+    "dask.tls-rpc": dask_ratio("dask.json", "rpc", "readinto-tls"),
+    "dask.tls-transfer": dask_ratio("dask.json", "transfer", "readinto-tls"),
+    # dask, a worker whose task threads run Python
+    "busy.rpc": dask_ratio("dask-busy.json", "busy-worker-rpc"),
+    "busy.fetch": dask_ratio("dask-busy.json", "busy-worker-fetch"),
+    "busy.idle-rpc": dask_ratio("dask-busy.json", "rpc"),
+    # HTTP, python -m benchmarks.http --rounds 5 [--loop uvloop]
+    **{f"http.{case}.{loop}": http_ratio(file, case)
+       for loop, file in (("asyncio", "http.json"), ("uvloop", "http-uvloop.json"))
+       for case in ("hello", "post", "put", "download")},
+    # streams under load, 64 connections, 1 KiB
+    **{f"load.{server}.{loop}.x-stock": load_ratio(LOAD, server, loop, "stock", gil_thread=False)
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"gil.{server}.{loop}.x-stock": load_ratio(LOAD, server, loop, "stock", metric="msgs_per_s",
+                                                  gil_thread=True)
+       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in ("asyncio", "uvloop")},
+    **{f"tls.{server}.{loop}.x-stock": load_ratio("load-hotpath2-tls.json", server, loop, "stock")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"bounds.{server}.{loop}.x-streams": load_ratio(BOUNDS, server, loop, "asyncio-streams")
+       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-protocol")
+       for loop in ("asyncio", "uvloop")},
+    **{f"bounds.{server}.{loop}.us": load_us(BOUNDS, server, loop)
+       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
+                      "asyncio-protocol")
+       for loop in ("asyncio", "uvloop")},
+    **{f"opcodes.{server}.{loop}": opcodes(server, loop)
+       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
+                      "asyncio-protocol")
+       for loop in ("asyncio", "uvloop")},
+    # one connection
+    **{f"echo.{cpus}.{impl}": echo_ratio(f"echo-{cpus}.json", impl, "stock-read_bytes", "1KiB")
+       for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-nospin", "threads")},
+    **{f"echo.{cpus}.readinto.x-nospin": echo_ratio(f"echo-{cpus}.json", "readinto", "readinto-nospin", "1KiB")
+       for cpus in ("onecpu", "cpuquota")},
+    "echo.cpuquota.readinto": echo_ratio("echo-cpuquota.json", "readinto", "stock-read_bytes", "1KiB"),
+    **{f"echo.100mib.{impl}.x-threads": echo_ratio("echo-hugepage-100mib.json", impl, "threads", "100MiB")
+       for impl in ("readinto", "readinto-uninit", "framed-pool", "threads-uninit")},
+    "full.pipelined.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "1KiB",
+                                          "pipelined"),
+    "full.100mib.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "100MiB"),
+}
+
+
+def figure(res: Results, name: str) -> Figure:
+    return FIGURES[name](res)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def command(res: Results, file: str, module: str) -> str:
+    """The command that wrote ``file``, from its ``meta.argv`` (output paths
+    pointed at ``benchmarks/results/``)."""
+    data = res.json(file)
+    argv = list(data["meta"]["argv"]) if isinstance(data, dict) and "meta" in data else []
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if i and argv[i - 1] in ("--json", "--plot"):
+            arg = f"benchmarks/results/{Path(file).stem}{Path(arg).suffix}"
+        out.append(arg)
+    return " ".join([f"python -m benchmarks.{module}", *out])
+
+
+#: How a result file's run differed from its command alone.
+COMMAND_NOTES = {"echo-onecpu.json": "with the benchmark's processes pinned to one CPU (``taskset``)"}
+
+
+HTTP_COMMANDS = {
+    "http.json": "python -m benchmarks.http --rounds 5 --json benchmarks/results/http.json",
+    "http-uvloop.json": "python -m benchmarks.http --rounds 5 --loop uvloop --json benchmarks/results/http-uvloop.json",
+}
+
+
+def source_line(*pairs: tuple[str, str]) -> str:
+    """The closing line of a generated table: its files and commands."""
+    parts = [f"``benchmarks/results/{file}`` (``{cmd}``"
+             + (f", {COMMAND_NOTES[file]}" if file in COMMAND_NOTES else "") + ")" for file, cmd in pairs]
+    return "Result file" + ("s" if len(parts) > 1 else "") + ": " + "; ".join(parts) + "."
+
+
+# ---------------------------------------------------------------- tables
+
+
+def simple_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A reST simple table (first column left, the others as given)."""
+    cols = list(zip(header, *rows))
+    widths = [max(len(c) for c in col) for col in cols]
+    rule = "  ".join("=" * w for w in widths)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([rule, line(header), rule, *(line(r) for r in rows), rule]) + "\n"
+
+
+#: The headline: (who, case, figure name, how to read it), in order.
+HEADLINE: list[tuple[str, str, str]] = [
+    ("dask", "8 x 64 MiB worker-to-worker transfers, GB/s", "dask.transfer"),
+    ("dask", "client-scheduler RPCs/s", "dask.rpc"),
+    ("dask", "RPCs/s to a worker whose task threads run Python", "busy.rpc"),
+    ("dask", "20,000 trivial tasks, tasks/s", "dask.tasks"),
+    ("dask", "a chain of 1,000 dependent tasks", "dask.chain"),
+    ("Tornado", "HTTP hello-world GET, requests/s", "http.hello.asyncio"),
+    ("Tornado", "HTTP 256 MiB POST, requests/s", "http.post.asyncio"),
+    ("Tornado", "1 KiB echo, one connection, messages/s", "echo.twocpu.readinto"),
+    ("Tornado", "1 KiB echo, 64 connections, messages/s", "load.readinto.asyncio.x-stock"),
+]
+
+# The 64-connection row is a CPU ratio in the file (loop CPU per message,
+# lower is cheaper); the headline shows its inverse, messages per CPU second.
+INVERTED = {"load.readinto.asyncio.x-stock"}
+
+
+def headline_rows(res: Results) -> list[tuple[str, str, Figure]]:
+    rows = []
+    for who, case, name in HEADLINE:
+        f = figure(res, name)
+        if name in INVERTED:
+            lo_hi = (1 / f.spread[1], 1 / f.spread[0]) if f.spread else None
+            f = Figure(1 / f.value, lo_hi, f.source)
+            case = "1 KiB echo, 64 connections, messages per CPU second"
+        rows.append((who, case, f))
+    return rows
+
+
+def headline_table(res: Results) -> str:
+    rows = [(who, case, f.with_spread, f"``{f.source}``") for who, case, f in headline_rows(res)]
+    return simple_table(("for", "tornado_readinto against tcp:// (dask) or stock Tornado", "ratio (spread)",
+                         "result file"), rows)
+
+
+def dask_table(res: Results) -> str:
+    file = "dask.json"
+    data = res.json(file)
+    names = {
+        "rpc": "client-scheduler RPC (5,000)", "tasks": "20,000 trivial tasks",
+        "chain": "dependent chain, 1,000 tasks", "transfer": "8 x 64 MiB, worker to worker",
+        "full": "``(x + x.T).sum()``, 1 GiB, 64 MiB chunks", "rechunk": "P2P rechunk, 256 MiB",
+        "shuffle": "P2P shuffle, 2,000,000 rows",
+    }
+    rows = []
+    for e in data["results"]:
+        if e["protocol"] == e["baseline"]:
+            continue
+        base = pick(data, workload=e["workload"], protocol=e["baseline"])
+        name = names[e["workload"]] + (" (TLS)" if e["protocol"].endswith("tls") else "")
+        b = measured(base, "value", file, "")
+        m = measured(e, "value", file, "")
+        x = FIGURES[f"dask.{e['workload']}" if e["protocol"] == "readinto" else f"dask.tls-{e['workload']}"](res)
+        rows.append((name, e["metric"], b.with_spread, m.with_spread, x.with_spread))
+    return (simple_table(("workload", "metric", "``tcp://`` / ``tls://``", "``readinto://`` / ``-tls://``",
+                          "x (spread)"), rows)
+            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+
+
+def dask_busy_table(res: Results) -> str:
+    file = "dask-busy.json"
+    data = res.json(file)
+    labels = {"rpc": "RPCs/s to an idle worker", "busy-worker-rpc": "RPCs/s to the busy worker",
+              "busy-worker-fetch": "a 64 MiB fetch from the busy worker, s"}
+    rows = []
+    for wl, key in (("rpc", "busy.idle-rpc"), ("busy-worker-rpc", "busy.rpc"), ("busy-worker-fetch", "busy.fetch")):
+        b = pick(data, workload=wl, protocol="tcp")
+        m = pick(data, workload=wl, protocol="readinto")
+        rows.append((labels[wl], measured(b, "value", file, "").with_spread,
+                     measured(m, "value", file, "").with_spread, figure(res, key).with_spread))
+    return (simple_table(("workload", "``tcp://``", "``readinto://``", "x (spread)"), rows)
+            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+
+
+def http_table(res: Results) -> str:
+    labels = {"hello": "hello-world GET, 32 connections", "post": "256 MiB POST",
+              "put": "streaming 256 MiB PUT", "download": "8 MiB GET response"}
+    rows = [(labels[c], figure(res, f"http.{c}.asyncio").with_spread, figure(res, f"http.{c}.uvloop").with_spread)
+            for c in labels]
+    return (simple_table(("requests/s against stock Tornado", "asyncio", "uvloop"), rows)
+            + "\n" + source_line(*HTTP_COMMANDS.items()) + "\n")
+
+
+SERVER_NAMES = {
+    "stock": "stock ``IOStream``", "readinto": "``ReadIntoIOStream``",
+    "framed-pool": "``FramedStream`` + ``BufferPool``", "asyncio-streams": "asyncio Streams",
+    "asyncio-protocol": "``BufferedProtocol`` echo", "bound-floor": "``bound-floor`` (lower bound)",
+    "bound-tornado": "``bound-tornado`` (lower bound)",
+}
+
+
+def load_table(res: Results) -> str:
+    """Loop CPU per message and its ratio to asyncio Streams, with the lower bounds."""
+    rows = []
+    for server in ("readinto", "framed-pool", "bound-tornado", "bound-floor", "asyncio-streams", "asyncio-protocol"):
+        cells = [SERVER_NAMES[server]]
+        for loop in ("asyncio", "uvloop"):
+            us = figure(res, f"bounds.{server}.{loop}.us")
+            x = "1.00x" if server == "asyncio-streams" else figure(res, f"bounds.{server}.{loop}.x-streams").text
+            cells += [us.with_spread, x]
+        rows.append(cells)
+    return (simple_table(("loop CPU per message", "asyncio (us)", "x Streams", "uvloop (us)", "x Streams"), rows)
+            + "\n" + source_line((BOUNDS, command(res, BOUNDS, "load"))) + "\n")
+
+
+def stock_table(res: Results) -> str:
+    """Against stock Tornado: CPU per message, over TLS, and msgs/s with a GIL thread."""
+    rows = []
+    for server in ("readinto", "framed-pool"):
+        rows.append((SERVER_NAMES[server],
+                     *(figure(res, f"load.{server}.{loop}.x-stock").with_spread for loop in ("asyncio", "uvloop")),
+                     *(figure(res, f"tls.{server}.{loop}.x-stock").with_spread for loop in ("asyncio", "uvloop")),
+                     *(figure(res, f"gil.{server}.{loop}.x-stock").text for loop in ("asyncio", "uvloop"))))
+    rows.append((SERVER_NAMES["asyncio-streams"], "", "", "", "",
+                 *(figure(res, f"gil.asyncio-streams.{loop}.x-stock").text for loop in ("asyncio", "uvloop"))))
+    tls = "load-hotpath2-tls.json"
+    return (simple_table(("x stock Tornado", "CPU, asyncio", "CPU, uvloop", "CPU, TLS, asyncio",
+                          "CPU, TLS, uvloop", "msgs/s, GIL thread, asyncio", "msgs/s, GIL thread, uvloop"), rows)
+            + "\n" + source_line((LOAD, command(res, LOAD, "load")), (tls, command(res, tls, "load"))) + "\n")
+
+
+def opcodes_table(res: Results) -> str:
+    rows = [(SERVER_NAMES[s], *(figure(res, f"opcodes.{s}.{loop}").text for loop in ("asyncio", "uvloop")))
+            for s in ("readinto", "framed-pool", "bound-tornado", "bound-floor", "asyncio-streams", "asyncio-protocol")]
+    cmd = res.text("opcodes-bounds.txt").splitlines()[0].lstrip("# ").strip()
+    return (simple_table(("bytecodes per message", "asyncio", "uvloop"), rows)
+            + "\n" + source_line(("opcodes-bounds.txt", cmd)) + "\n")
+
+
+def echo_table(res: Results) -> str:
+    rows = []
+    for cpus, label in (("twocpu", "two CPUs"), ("onecpu", "one CPU (``taskset``)")):
+        rows.append((f"1 KiB ping-pong, {label}",
+                     *(figure(res, f"echo.{cpus}.{impl}").with_spread
+                       for impl in ("readinto", "readinto-nospin", "threads"))))
+    return (simple_table(("msgs/s against stock ``read_bytes``", "``readinto``", "``busy_poll_s=0``",
+                          "blocking threads"), rows)
+            + "\n" + source_line(*((f"echo-{c}.json", command(res, f"echo-{c}.json", "echo"))
+                                   for c in ("twocpu", "onecpu"))) + "\n")
+
+
+def large_table(res: Results) -> str:
+    file = "echo-hugepage-100mib.json"
+    rows = [(label, figure(res, f"echo.100mib.{impl}.x-threads").with_spread) for impl, label in (
+        ("readinto", "``ReadIntoIOStream.read_into``, a reused ``bytearray``"),
+        ("readinto-uninit", "``ReadIntoIOStream.read_into``, huge-page ``numpy.empty``"),
+        ("framed-pool", "``FramedStream`` + ``BufferPool`` (huge pages)"),
+        ("threads-uninit", "blocking threads, huge-page ``numpy.empty``"),
+    )]
+    return (simple_table(("100 MiB ping-pong, msgs/s", "x blocking threads (``bytearray``)"), rows)
+            + "\n" + source_line((file, command(res, file, "echo"))) + "\n")
+
+
+def profile_table(res: Results) -> str:
+    """Where a dask RPC and a 64 MiB transfer spend their time (one run of
+    benchmarks.dask_profile, both protocols)."""
+    file = "dask-profile.json"
+    r = res.json(file)["results"]
+
+    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str) -> tuple[str, str, str]:
+        return (label, fmt.format(get(r["tcp"])), fmt.format(get(r["readinto"])))
+
+    sys_ = lambda name: (lambda p: p["rpc"]["syscalls"].get(name, 0.0))  # noqa: E731
+    recv = lambda p: p["transfer"]["sides"]["b (receives)"]  # noqa: E731
+    rows = [
+        row("one RPC: wall time, us", lambda p: p["rpc"]["wall_us"], "{:.0f}"),
+        row("one RPC: CPU time, us", lambda p: p["rpc"]["cpu_us"], "{:.0f}"),
+        row("one RPC: ``recvfrom`` calls", sys_("recvfrom"), "{:.1f}"),
+        row("one RPC: ``epoll_ctl`` calls", sys_("epoll_ctl"), "{:.1f}"),
+        row("64 MiB transfer: GB/s over the round", lambda p: p["transfer"]["round_gbps"], "{:.2f}"),
+        row("64 MiB transfer: receiver CPU, ms", lambda p: recv(p)["cpu_ms"], "{:.1f}"),
+        row("64 MiB transfer: receiver page faults", lambda p: recv(p)["minflt"], "{:.0f}"),
+        row("a hop of the dependent chain, ms", lambda p: p["chain"]["hop_ms"], "{:.2f}"),
+    ]
+    return (simple_table(("one run of each protocol", "``tcp://``", "``readinto://``"), rows) + "\n"
+            + source_line((file, "python -m benchmarks.dask_profile --json benchmarks/results/dask-profile.json"))
+            + "\n")
+
+
+#: Every generated include: file name in docs/_generated -> renderer.
+TABLES: dict[str, Callable[[Results], str]] = {
+    "headline.rst": lambda res: headline_table(res) + "\n" + headline_sources(res) + "\n",
+    "dask.rst": dask_table,
+    "dask-busy.rst": dask_busy_table,
+    "http.rst": http_table,
+    "load.rst": load_table,
+    "stock.rst": stock_table,
+    "opcodes.rst": opcodes_table,
+    "echo.rst": echo_table,
+    "large.rst": large_table,
+    "dask-profile.rst": profile_table,
+}
+
+
+def headline_sources(res: Results) -> str:
+    files = []
+    for _, _, f in headline_rows(res):
+        if f.source not in files:
+            files.append(f.source)
+    cmds = []
+    for file in files:
+        if file in HTTP_COMMANDS:
+            cmds.append((file, HTTP_COMMANDS[file]))
+        else:
+            module = "dask" if file.startswith("dask") else "echo" if file.startswith("echo") else "load"
+            cmds.append((file, command(res, file, module)))
+    return source_line(*cmds)
+
+
+# ---------------------------------------------------------------- the plot
+
+
+def plot_rows(res: Results) -> list[tuple[str, Figure]]:
+    return [(f"{who}: {case}", f) for who, case, f in headline_rows(res)]
+
+
+def plot_text(res: Results) -> str:
+    """The values the plot shows, one line each (checked like a table)."""
+    lines = ["# docs/_generated/headline.png shows these values (python -m benchmarks.publish)"]
+    lines += [f"{label}: {f.with_spread} [{f.source}]" for label, f in plot_rows(res)]
+    return "\n".join(lines) + "\n"
+
+
+def draw_plot(res: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = plot_rows(res)[::-1]
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.2))
+    ys = range(len(rows))
+    vals = [f.value for _, f in rows]
+    lo = [f.value - (f.spread[0] if f.spread else f.value) for _, f in rows]
+    hi = [(f.spread[1] if f.spread else f.value) - f.value for _, f in rows]
+    colours = ["#4c72b0" if label.startswith("dask") else "#dd8452" for label, _ in rows]
+    ax.barh(list(ys), vals, xerr=[lo, hi], color=colours, capsize=3, height=0.6)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(list(ys), [label for label, _ in rows], fontsize=8)
+    for y, v in zip(ys, vals):
+        ax.text(0.03, y, f"{v:.2f}x", va="center", ha="left", fontsize=8, color="white", fontweight="bold")
+    ax.set_xlabel("times the baseline (median; whiskers: spread); 1.0 = no change")
+    ax.set_title("tornado_readinto against dask's tcp:// and stock Tornado", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- quoted figures
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A sentence of ``path`` that quotes figures: ``{name}`` is a figure of
+    `FIGURES` as written (``2.38x``), ``{name:spread}`` with its spread,
+    ``{name:bare}`` without its unit."""
+
+    path: str
+    text: str
+
+    def render(self, res: Results) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name, _, style = m.group(1).partition(":")
+            f = figure(res, name)
+            return {"": f.text, "spread": f.with_spread, "bare": f.bare}[style]
+        return re.sub(r"\{([\w.:-]+)\}", sub, self.text)
+
+    def names(self) -> list[str]:
+        return [m.partition(":")[0] for m in re.findall(r"\{([\w.:-]+)\}", self.text)]
+
+
+def normalize(text: str) -> str:
+    """Text as read: markup and line breaks do not matter."""
+    text = text.replace("``", "").replace("\\ ", "")
+    return re.sub(r"\s+", " ", text)
+
+
+#: Every figure quoted in prose.  Add the sentence here when a page quotes a
+#: measured figure outside a generated table.
+QUOTES: list[Quote] = [
+    # README
+    Quote("README.rst", "64 MiB worker-to-worker transfers run at {dask.transfer} the speed of tcp://"),
+    Quote("README.rst", "client-scheduler RPCs at {dask.rpc}"),
+    Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
+    Quote("README.rst", "hello-world GET at {http.hello.asyncio} the requests/s of stock Tornado"),
+    Quote("README.rst", "a 256 MiB POST at {http.post.asyncio}"),
+    Quote("README.rst", "{bounds.readinto.asyncio.x-streams} (asyncio) and {bounds.readinto.uvloop.x-streams} "
+                        "(uvloop) the CPU per message of asyncio's own Streams"),
+    # docs/guides/dask.rst
+    Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
+    Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
+    Quote("docs/guides/dask.rst", "trivial tasks at {dask.tasks}"),
+    # docs/guides/tornado.rst
+    Quote("docs/guides/tornado.rst", "a hello-world GET at {http.hello.asyncio} stock Tornado's requests/s "
+                                     "({http.hello.uvloop} on uvloop)"),
+    Quote("docs/guides/tornado.rst", "a 256 MiB POST at {http.post.asyncio}"),
+    # docs/performance.rst
+    Quote("docs/performance.rst", "{dask.transfer} for 64 MiB worker-to-worker transfers"),
+    Quote("docs/performance.rst", "the fetch {busy.fetch} and the RPCs {busy.rpc}"),
+    Quote("docs/performance.rst", "bound-tornado costs {bounds.bound-tornado.uvloop.x-streams} Streams' CPU on "
+                                  "uvloop"),
+    Quote("docs/performance.rst", "bound-floor costs {bounds.bound-floor.asyncio.x-streams} Streams' CPU on "
+                                  "asyncio's loop"),
+    Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
+    Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
+                                  "{full.100mib.readinto} stock read_bytes"),
+    # CHANGELOG
+    Quote("CHANGELOG.rst", "{bounds.readinto.asyncio.x-streams} (asyncio's loop) and "
+                           "{bounds.readinto.uvloop.x-streams} (uvloop) asyncio Streams' CPU"),
+    Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
+                           "stock Tornado's messages per second"),
+    Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
+    Quote("CHANGELOG.rst", "Tornado-dispatched stream with no contract at {bounds.bound-tornado.asyncio.x-streams} "
+                           "and {bounds.bound-tornado.uvloop.x-streams}"),
+    Quote("CHANGELOG.rst", "ping-pong runs at {echo.onecpu.readinto.x-nospin} ``readinto-nospin`` and "
+                           "{echo.onecpu.readinto} stock"),
+    Quote("CHANGELOG.rst", "under a one-CPU cgroup quota at {echo.cpuquota.readinto.x-nospin} and "
+                           "{echo.cpuquota.readinto}"),
+    Quote("CHANGELOG.rst", "100 MiB ping-pong runs at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
+]
+
+
+# ---------------------------------------------------------------- render / check
+
+
+def published_block(text: str, name: str) -> str | None:
+    """The text between ``.. published-table: NAME`` and the end mark, or None."""
+    begin = BEGIN_MARK.format(name=name)
+    lines = text.splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == begin)
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].rstrip() == END_MARK)
+    except StopIteration:
+        return None
+    return "".join(lines[start + 1:end]).strip("\n") + "\n"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    begin = BEGIN_MARK.format(name=name)
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.rstrip() == begin)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].rstrip() == END_MARK)
+    return "".join(lines[: start + 1]) + "\n" + body + "\n" + "".join(lines[end:])
+
+
+def readme_block(res: Results) -> str:
+    return headline_table(res) + "\n" + headline_sources(res) + "\n"
+
+
+def check(res: Results, root: Path = ROOT) -> list[str]:
+    """Every published figure that does not match ``res``: one line each."""
+    problems = []
+    for name, render in TABLES.items():
+        path = root / "docs" / "_generated" / name
+        if not path.exists() or path.read_text(encoding="utf-8") != render(res):
+            problems.append(f"docs/_generated/{name}: does not match its result file")
+    plot = root / "docs" / "_generated" / "headline-plot.txt"
+    if not plot.exists() or plot.read_text(encoding="utf-8") != plot_text(res):
+        problems.append("docs/_generated/headline-plot.txt (the plot): does not match its result files")
+    if not (root / "docs" / "_generated" / "headline.png").exists():
+        problems.append("docs/_generated/headline.png: missing")
+    block = published_block((root / "README.rst").read_text(encoding="utf-8"), "headline")
+    if block != readme_block(res):
+        problems.append("README.rst: the headline table does not match its result files")
+    texts: dict[str, str] = {}
+    for quote in QUOTES:
+        if quote.path not in texts:
+            texts[quote.path] = normalize((root / quote.path).read_text(encoding="utf-8"))
+        rendered = quote.render(res)
+        if normalize(rendered) not in texts[quote.path]:
+            problems.append(f"{quote.path}: no longer says {rendered!r} (figures {', '.join(quote.names())})")
+    return problems
+
+
+def render_all(res: Results, root: Path = ROOT, plot: bool = True) -> list[Path]:
+    out = root / "docs" / "_generated"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, render in TABLES.items():
+        (out / name).write_text(render(res), encoding="utf-8")
+        written.append(out / name)
+    (out / "headline-plot.txt").write_text(plot_text(res), encoding="utf-8")
+    written.append(out / "headline-plot.txt")
+    if plot:
+        draw_plot(res, out / "headline.png")
+        written.append(out / "headline.png")
+    readme = root / "README.rst"
+    text = readme.read_text(encoding="utf-8")
+    if published_block(text, "headline") is not None:
+        readme.write_text(replace_block(text, "headline", readme_block(res)), encoding="utf-8")
+        written.append(readme)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.publish", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="write nothing; report what no longer matches")
+    p.add_argument("--results", type=Path, default=RESULTS, help="the result files' directory")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    args = p.parse_args(argv)
+    res = Results(args.results)
+    if args.check:
+        problems = check(res)
+        for line in problems:
+            print(line)
+        if not problems:
+            print(f"every published figure matches {args.results}")
+        return 1 if problems else 0
+    for path in render_all(res, plot=not args.no_plot):
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
