@@ -76,6 +76,9 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
 BOUND_SERVERS: dict[str, tuple[str, str]] = {
     "bound-floor": ("bound-floor", "framed"),
     "bound-tornado": ("bound-tornado", "framed"),
+    # the gate spike of issue #33 (benchmarks/impls/_spike.py), not a product either
+    "spike-compiled": ("spike-compiled", "framed"),
+    "spike-pure": ("spike-pure", "framed"),
 }
 
 

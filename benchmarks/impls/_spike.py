@@ -1,0 +1,76 @@
+"""The gate spike of issue #33 as echo servers: ``readinto``'s benchmark code
+(``read_into`` the 16-byte head, then each frame; one ``writelines``) on
+`tornado_readinto._spikecore.SpikeStream`, a ``cdef class`` whose readable
+callback the loop calls directly.
+
+* ``spike-compiled``: the extension (``python setup_spike.py build_ext
+  --inplace``); unavailable, saying so, when it is not built.
+* ``spike-pure``: the same ``_spikecore.py`` imported as plain Python (its
+  pure twin), whatever is built; the reference the compiled one is checked
+  against.
+
+Not products: no TLS, no limits, no other read modes (see the module's
+docstring).  Not in the default sets of ``benchmarks.load``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from ._tornado import ReadInto
+
+_PURE_NAME = "tornado_readinto._spikecore_pure"
+
+
+def compiled_module() -> ModuleType:
+    """`tornado_readinto._spikecore`, compiled.
+
+    :raises ImportError: only the pure ``.py`` is there (not built)."""
+    from tornado_readinto import _spikecore
+
+    if not _spikecore.COMPILED:
+        raise ImportError("the spike's extension is not built: python setup_spike.py build_ext --inplace")
+    return _spikecore
+
+
+def pure_module() -> ModuleType:
+    """``tornado_readinto/_spikecore.py`` imported from its source (as
+    ``tornado_readinto._spikecore_pure``), even when the extension is built."""
+    module = sys.modules.get(_PURE_NAME)
+    if module is not None:
+        return module
+    import tornado_readinto
+
+    path = Path(tornado_readinto.__file__).parent / "_spikecore.py"
+    spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_PURE_NAME] = module
+    spec.loader.exec_module(module)
+    assert not module.COMPILED
+    return module
+
+
+class SpikeCompiled(ReadInto):
+    """``readinto``'s benchmark code on the compiled `SpikeStream`."""
+
+    supports_tls = False
+
+    @classmethod
+    def _stream_class(cls) -> type:
+        return compiled_module().SpikeStream  # type: ignore[no-any-return]
+
+    @classmethod
+    async def from_socket(cls, sock):  # type: ignore[no-untyped-def,override]
+        return cls(cls._stream_class()(sock))
+
+
+class SpikePure(SpikeCompiled):
+    """``readinto``'s benchmark code on the pure twin of `SpikeStream`."""
+
+    @classmethod
+    def _stream_class(cls) -> type:
+        return pure_module().SpikeStream  # type: ignore[no-any-return]
