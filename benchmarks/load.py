@@ -76,15 +76,20 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
 BOUND_SERVERS: dict[str, tuple[str, str]] = {
     "bound-floor": ("bound-floor", "framed"),
     "bound-tornado": ("bound-tornado", "framed"),
-    # the gate spike of issue #33 (benchmarks/impls/_spike.py), not a product either
+}
+
+#: The gate spike of issue #33 (``benchmarks/impls/_spike.py``): accepted by
+#: ``--server``, not run by default, plain TCP only; ``spike-compiled`` needs
+#: ``python setup_spike.py build_ext --inplace``.
+SPIKE_SERVERS: dict[str, tuple[str, str]] = {
     "spike-compiled": ("spike-compiled", "framed"),
     "spike-pure": ("spike-pure", "framed"),
 }
 
 
 def _all_servers() -> dict[str, tuple[str, str]]:
-    """Every name ``--server`` takes: the load servers, then the bounds."""
-    return {**LOAD_SERVERS, **BOUND_SERVERS}
+    """Every name ``--server`` takes: the load servers, the bounds, the spike."""
+    return {**LOAD_SERVERS, **BOUND_SERVERS, **SPIKE_SERVERS}
 
 
 #: The ratio columns: loop-thread CPU per message relative to these servers,
@@ -232,7 +237,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "--server",
             type=h.csv(server),
             help=f"comma list (default: all: {','.join(LOAD_SERVERS)}; "
-            f"also the lower bounds: {','.join(BOUND_SERVERS)})",
+            f"also the lower bounds: {','.join(BOUND_SERVERS)}; and the spike of #33: {','.join(SPIKE_SERVERS)})",
         )
         p.add_argument("--loop", type=h.csv(loop), help="server event loops (default: asyncio,uvloop if installed)")
         p.add_argument(

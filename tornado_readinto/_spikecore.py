@@ -39,6 +39,10 @@ limits (``max_buffer_size``), close callbacks, the busy-poll policy, TLS,
 Tornado's ``IOStream`` face.
 """
 
+# The C names (recv, sendmsg, errno, memcpy, PyObject_GetBuffer...) come from
+# _spikecore.pxd and are used only under ``if cython.compiled``.
+# ruff: noqa: F821
+
 import asyncio
 import os
 

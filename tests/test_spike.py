@@ -1,0 +1,299 @@
+"""The gate spike of issue #33 (``tornado_readinto/_spikecore.py``): its
+compiled build and its pure twin do the duties of a stream, and agree.
+
+The compiled cases skip when the extension is not built
+(``python setup_spike.py build_ext --inplace``); the pure twin always runs.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import random
+import socket
+import struct
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tornado.iostream import StreamClosedError
+
+from benchmarks.impls import IMPLS, availability
+from benchmarks.impls._async import prepare_socket, run_loop
+from benchmarks.impls._spike import compiled_module, pure_module
+from tornado_readinto.errors import BufferBusyError, IncompleteReadError
+
+from .test_bench_anchors import _echo_case
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def _compiled() -> ModuleType:
+    try:
+        return compiled_module()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+
+
+BUILDS = {"compiled": _compiled, "pure": pure_module}
+
+
+@pytest.fixture(params=list(BUILDS))
+def core(request: pytest.FixtureRequest) -> ModuleType:
+    return BUILDS[request.param]()
+
+
+@pytest.fixture(params=LOOPS)
+def loop_name(request: pytest.FixtureRequest) -> str:
+    pytest.importorskip(request.param)
+    return str(request.param)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    prepare_socket(server)
+    prepare_socket(client)
+    return server, client
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+# -- echoes, as the load benchmark runs them ----------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["spike-compiled", "spike-pure"])
+@pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
+def test_spike_echoes_verified(impl: str, loop_name: str, msize: int, nframes: int) -> None:
+    """Pipelined (several messages per receive), every echo checked, the
+    first and last of each connection byte for byte."""
+    why = availability(IMPLS[impl], loop_name)
+    if why is not None:
+        pytest.skip(why)
+    stats, echoed = _echo_case(impl, loop_name, msize, nframes)
+    sent = sum(s.messages_sent for s in stats)
+    assert sent > 2 * 8 and echoed == sent
+    assert sum(s.verified_messages for s in stats) == sent
+    assert [s.full_compares for s in stats] == [2, 2]
+
+
+# -- duties --------------------------------------------------------------------------
+
+
+def test_spike_read_from_read_ahead_completes_at_once(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        b.sendall(bytes(range(48)))
+        first = bytearray(16)
+        assert await stream.read_into(first) == 16
+        second = bytearray(16)
+        future = stream.read_into(second)
+        assert future.done() and future.result() == 16 and second == bytes(range(16, 32))
+        future = stream.read_into(bytearray(32), partial=True)  # 16 are there: enough for partial
+        assert future.done() and future.result() == 16
+        assert stream.read_into(bytearray()).result() == 0
+        stream.close()
+        b.close()
+
+    run_loop(loop_name, main, 10)
+
+
+@pytest.mark.parametrize("nbytes", [10, 40 << 10])  # through the read-ahead; straight into the target
+def test_spike_never_reads_past_the_target(core: ModuleType, loop_name: str, nbytes: int) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        buf = bytearray(b"\xee" * (nbytes + 20))
+        data = bytes(random.Random(nbytes).randbytes(2 * nbytes + 7))
+        writer = core.SpikeStream(b)
+        sent = writer.writelines([data])
+        assert await stream.read_into(memoryview(buf)[10 : 10 + nbytes]) == nbytes
+        assert buf[:10] == b"\xee" * 10 and buf[10 + nbytes :] == b"\xee" * 10
+        assert buf[10 : 10 + nbytes] == data[:nbytes]
+        rest = bytearray(len(data) - nbytes)
+        assert await stream.read_into(rest) == len(rest) and rest == data[nbytes:]
+        await sent
+        stream.close()
+        writer.close()
+
+    run_loop(loop_name, main, 10)
+
+
+def test_spike_read_into_typed_buffer_sized_by_nbytes(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        values = array.array("d", [1.5, -2.0, 3.25])
+        b.sendall(values.tobytes())
+        target = array.array("d", [0.0] * 3)
+        assert await stream.read_into(memoryview(target)) == 24
+        assert target == values
+        stream.close()
+        b.close()
+
+    run_loop(loop_name, main, 10)
+
+
+def test_spike_eof_fails_the_pending_read_and_closes(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        b.sendall(b"abc")
+        await _turns()  # read ahead, no read pending
+        b.close()
+        await _turns()
+        # EOF closed the stream; what was read ahead is still readable
+        assert stream.closed()
+        assert await stream.read_into(bytearray(2)) == 2
+        with pytest.raises(StreamClosedError):
+            stream.read_into(bytearray(2))  # 1 byte left: cannot complete
+        a2, b2 = _tcp_pair()
+        stream2 = core.SpikeStream(a2)
+        b2.sendall(b"xy")
+        future = stream2.read_into(bytearray(5))
+        await _turns()
+        b2.close()
+        with pytest.raises(IncompleteReadError) as info:
+            await future
+        assert (info.value.expected, info.value.received) == (5, 2)
+        a3, b3 = _tcp_pair()
+        stream3 = core.SpikeStream(a3)
+        future = stream3.read_into(bytearray(5))
+        b3.close()
+        with pytest.raises(StreamClosedError) as closed:
+            await future
+        assert not isinstance(closed.value, IncompleteReadError) and stream3.closed()
+
+    run_loop(loop_name, main, 10)
+
+
+def test_spike_reset_closes_with_the_error(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        future = stream.read_into(bytearray(5))
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        b.close()  # RST
+        with pytest.raises(StreamClosedError):
+            await future
+        assert stream.closed() and isinstance(stream.error, ConnectionResetError)
+        with pytest.raises(StreamClosedError):
+            stream.writelines([b"x"])
+
+    run_loop(loop_name, main, 10)
+
+
+def test_spike_one_read_at_a_time_and_a_cancelled_read_closes(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a)
+        future = stream.read_into(bytearray(4))
+        with pytest.raises(BufferBusyError):
+            stream.read_into(bytearray(4))
+        future.cancel()
+        b.sendall(b"abcd")
+        await _turns()
+        assert stream.closed()  # its bytes came for a read nobody waits for
+        b.close()
+
+    run_loop(loop_name, main, 10)
+
+
+def test_spike_writes_queue_only_what_the_kernel_did_not_take(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        writer, reader = core.SpikeStream(a), core.SpikeStream(b)
+        rng = random.Random(7)
+        big = [rng.randbytes(3 << 20), memoryview(rng.randbytes(100)), bytearray(rng.randbytes(5000))]
+        first = writer.writelines(big)
+        assert not first.done()  # the kernel took part of it
+        second = writer.writelines([b"tail", b"!"])  # queued behind
+        expect = b"".join(map(bytes, big)) + b"tail!"
+        got = bytearray(len(expect))
+        assert await reader.read_into(got) == len(expect)
+        await first
+        await second
+        assert got == expect
+        done = writer.writelines([b"now"])
+        assert done.done()  # taken whole: the shared resolved Future
+        assert writer.writelines([b"again"]) is done
+        writer.close()
+        reader.close()
+
+    run_loop(loop_name, main, 20)
+
+
+# -- the compiled build against its pure twin -----------------------------------------
+
+
+def _script(seed: int) -> tuple[list[bytes], list[tuple[int, bool]]]:
+    """Chunks a writer sends and read sizes (with ``partial``) a reader asks for."""
+    rng = random.Random(seed)
+    chunks = [rng.randbytes(rng.choice([1, 7, 16, 100, 1040, 1040, 5000, 70000])) for _ in range(rng.randrange(20, 60))]
+    total = sum(map(len, chunks))
+    reads = []
+    asked = 0
+    while asked < total + 3:  # the last read runs into EOF
+        nbytes = rng.choice([0, 1, 8, 16, 16, 100, 1024, 1024, 3000, 5000, 20000, 80000])
+        reads.append((nbytes, rng.random() < 0.2))
+        asked += nbytes
+    return chunks, reads
+
+
+def _run_script(core: ModuleType, loop_name: str, seed: int) -> list[Any]:
+    chunks, reads = _script(seed)
+
+    async def main() -> list[Any]:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        reader, writer = core.SpikeStream(a), core.SpikeStream(b)
+        events: list[Any] = []
+
+        async def write() -> None:
+            for chunk in chunks:
+                await writer.writelines([chunk])
+                await _turns(2)
+            writer.close()
+
+        sending = asyncio.ensure_future(write())
+        data = bytearray()
+        for nbytes, partial in reads:
+            buf = bytearray(nbytes)
+            try:
+                future = reader.read_into(buf, partial=partial)
+            except StreamClosedError:
+                events.append(("raised", nbytes))
+                break
+            at_once = future.done()
+            try:
+                n = await future
+            except IncompleteReadError as exc:
+                events.append(("incomplete", exc.expected, exc.received))
+                data += buf[: exc.received]
+                break
+            events.append((n, at_once))
+            data += buf[:n]
+        await sending
+        assert data == b"".join(chunks)[: len(data)]
+        events.append(len(data))
+        return events
+
+    return run_loop(loop_name, main, 30)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_spike_compiled_and_pure_agree(loop_name: str, seed: int) -> None:
+    """Same chunks, same reads (partial ones included), on a socketpair whose
+    splits the loop's turns decide: the same results, resolved at once or
+    not alike, and the bytes in order."""
+    compiled = _compiled()
+    assert _run_script(compiled, loop_name, seed) == _run_script(pure_module(), loop_name, seed)
