@@ -79,16 +79,22 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 
 class _Counter:
-    """A ``sys.settrace`` function counting opcode events, in all and by function."""
+    """A ``sys.settrace`` function counting opcode events, in all and by
+    function, and the Python frames entered (``call`` events: a function
+    called, or a generator or coroutine resumed)."""
 
     def __init__(self) -> None:
         self.total = 0
         self.by_function: collections.Counter[str] = collections.Counter()
+        self.calls = 0
+        self.calls_by_function: collections.Counter[str] = collections.Counter()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
         code = frame.f_code
         key = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}"
+        self.calls += 1
+        self.calls_by_function[key] += 1
         by_function = self.by_function
 
         def opcode(frame: FrameType, event: str, arg: Any) -> Any:
@@ -151,9 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=2000, help="round trips counted (default: 2000)")
     parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
     parser.add_argument("--by-function", action="store_true", help="also list the functions that execute the most")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count the Python frames entered per message (calls, and coroutine or generator resumptions)",
+    )
     args = parser.parse_args(argv)
     status = 0
-    print(f"{'server':<22} {'loop':<8} {'opcodes/msg':>12}")
+    print(f"{'server':<22} {'loop':<8} {'opcodes/msg':>12}" + (f" {'frames/msg':>11}" if args.calls else ""))
     for loop_name in args.loop.split(","):
         for impl in args.impl.split(","):
             why = availability(IMPLS[impl], loop_name) if impl in IMPLS else f"unknown implementation {impl!r}"
@@ -163,10 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             counted = count(impl, loop_name, clients=args.clients, messages=args.messages, msize=args.msize)
             n = max(1, args.messages // args.clients) * args.clients
-            print(f"{impl:<22} {loop_name:<8} {counted.total / n:>12.0f}")
+            frames = f" {counted.calls / n:>11.1f}" if args.calls else ""
+            print(f"{impl:<22} {loop_name:<8} {counted.total / n:>12.0f}{frames}")
             if args.by_function:
                 for key, ops in counted.by_function.most_common(25):
-                    print(f"{'':<31} {ops / n:>12.1f}  {key}")
+                    calls = f" {counted.calls_by_function[key] / n:>11.2f}" if args.calls else ""
+                    print(f"{'':<31} {ops / n:>12.1f}{calls}  {key}")
     return status
 
 
