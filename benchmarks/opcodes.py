@@ -4,8 +4,9 @@
     python -m benchmarks.opcodes --impl readinto,asyncio-streams --loop uvloop --by-function
 
 One process runs an echo server of each implementation (the same
-``AsyncConn`` code that ``benchmarks.echo`` and ``benchmarks.load`` run) and
-a client on the same loop: ``--clients`` connections, each ping-ponging a
+``serve_connection`` that ``benchmarks.echo`` and ``benchmarks.load`` run:
+``echo_loop`` over ``from_socket``, except the ``BufferedProtocol`` anchors,
+which echo from their callback) and a client on the same loop: ``--clients`` connections, each ping-ponging a
 ``--msize`` message with one frame.  After a warm-up, ``sys.settrace`` counts
 every bytecode executed in Python code while ``--messages`` messages go round,
 the client's included (a plain ``asyncio.Protocol``, the same for every
@@ -32,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from benchmarks.impls import EVENT_LOOPS, IMPLS, availability, load
-from benchmarks.impls._async import AsyncConn, echo_loop, prepare_socket, run_loop
+from benchmarks.impls._async import prepare_socket, run_loop
 from benchmarks.impls._common import U64
 
 #: Servers counted by default: ours, their heavier variant, and the anchors.
@@ -117,8 +118,11 @@ def count(impl: str, loop_name: str, *, clients: int = 8, messages: int = 2000, 
     async def main() -> _Counter:
         loop = asyncio.get_running_loop()
         pairs = [_tcp_pair() for _ in range(clients)]
-        conns: list[AsyncConn] = [await cls.from_socket(server) for server, _ in pairs]
-        servers = [asyncio.ensure_future(echo_loop(conn)) for conn in conns]
+        # What the load benchmark's server runs: echo_loop over from_socket,
+        # or the class's own serve_connection (the BufferedProtocol anchors
+        # echo from buffer_updated, with no coroutine per message).
+        servers = [asyncio.ensure_future(cls.serve_connection(server)) for server, _ in pairs]
+        await asyncio.sleep(0)  # (the protocols' transports are made)
         protocols = []
         for _, client_sock in pairs:
             _, protocol = await loop.create_connection(
