@@ -297,3 +297,36 @@ def test_spike_compiled_and_pure_agree(loop_name: str, seed: int) -> None:
     not alike, and the bytes in order."""
     compiled = _compiled()
     assert _run_script(compiled, loop_name, seed) == _run_script(pure_module(), loop_name, seed)
+
+
+# -- counts (never timings) -----------------------------------------------------------
+
+
+def test_spike_compiled_runs_no_python_of_its_own_per_message(loop_name: str) -> None:
+    """benchmarks.opcodes: per message, the compiled spike's server runs only
+    the benchmark's own Python (one task step: serve_connection, echo_loop,
+    recv resumed; recv and send started; pack_header, unpack_lengths,
+    check_nframes, get, release), none of the stream's and, on uvloop, none of
+    the loop's; fewer bytecodes than asyncio Streams on the same loop."""
+    from benchmarks import opcodes
+
+    _compiled()
+    clients, messages = 2, 200
+    spike = opcodes.count("spike-compiled", loop_name, clients=clients, messages=messages)
+    streams = opcodes.count("asyncio-streams", loop_name, clients=clients, messages=messages)
+    assert not [key for key in spike.by_function if key.startswith("_spikecore")]
+    assert spike.total < streams.total
+    if loop_name == "uvloop":
+        per_message = {key: n / messages for key, n in spike.calls_by_function.items() if n >= messages // 2}
+        assert per_message == {
+            "_async.py:serve_connection": 1.0,
+            "_async.py:echo_loop": 1.0,
+            "_tornado.py:recv": 2.0,
+            "_tornado.py:send": 1.0,
+            "_common.py:pack_header": 1.0,
+            "_common.py:unpack_lengths": 1.0,
+            "_common.py:check_nframes": 1.0,
+            "_common.py:get": 1.0,
+            "_async.py:release": 1.0,
+            "opcodes.py:data_received": 1.0,  # the client's
+        }
