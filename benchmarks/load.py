@@ -83,6 +83,7 @@ BOUND_SERVERS: dict[str, tuple[str, str]] = {
 #: ``python setup_spike.py build_ext --inplace``.
 SPIKE_SERVERS: dict[str, tuple[str, str]] = {
     "spike-compiled": ("spike-compiled", "framed"),
+    "spike-face": ("spike-face", "framed"),
     "spike-pure": ("spike-pure", "framed"),
 }
 

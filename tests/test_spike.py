@@ -66,7 +66,7 @@ async def _turns(n: int = 5) -> None:
 # -- echoes, as the load benchmark runs them ----------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["spike-compiled", "spike-pure"])
+@pytest.mark.parametrize("impl", ["spike-compiled", "spike-face", "spike-pure"])
 @pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
 def test_spike_echoes_verified(impl: str, loop_name: str, msize: int, nframes: int) -> None:
     """Pipelined (several messages per receive), every echo checked, the

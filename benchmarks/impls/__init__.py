@@ -117,6 +117,12 @@ IMPLS: dict[str, ImplSpec] = {
             "gate spike of #33: readinto's code on a compiled cdef-class stream (not a product)",
             requires=("benchmarks.impls._spike_built",),
         ),
+        ImplSpec(
+            "spike-face",
+            "._spike:SpikeFace",
+            "spike-compiled behind a Python face (a Python frame per stream call; not a product)",
+            requires=("benchmarks.impls._spike_built",),
+        ),
         ImplSpec("spike-pure", "._spike:SpikePure", "gate spike of #33, its pure-Python twin (not a product)"),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
         ImplSpec(

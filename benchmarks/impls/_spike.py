@@ -5,6 +5,9 @@ callback the loop calls directly.
 
 * ``spike-compiled``: the extension (``python setup_spike.py build_ext
   --inplace``); unavailable, saying so, when it is not built.
+* ``spike-face``: ``spike-compiled`` behind a thin Python face whose
+  ``read_into`` and ``writelines`` are Python methods calling the core's: what
+  one Python frame per stream call costs (three per message).
 * ``spike-pure``: the same ``_spikecore.py`` imported as plain Python (its
   pure twin), whatever is built; the reference the compiled one is checked
   against.
@@ -19,6 +22,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ._tornado import ReadInto
 
@@ -74,3 +78,31 @@ class SpikePure(SpikeCompiled):
     @classmethod
     def _stream_class(cls) -> type:
         return pure_module().SpikeStream  # type: ignore[no-any-return]
+
+
+class PythonFace:
+    """A thin Python face over a core: each stream call is one Python frame
+    that calls the core's C method."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def read_into(self, buf: Any, partial: bool = False) -> Any:
+        return self._core.read_into(buf, partial)
+
+    def writelines(self, buffers: Any) -> Any:
+        return self._core.writelines(buffers)
+
+    def close(self) -> None:
+        self._core.close()
+
+    def closed(self) -> bool:
+        return self._core.closed()  # type: ignore[no-any-return]
+
+
+class SpikeFace(SpikeCompiled):
+    """``readinto``'s benchmark code on the compiled `SpikeStream` behind a `PythonFace`."""
+
+    @classmethod
+    async def from_socket(cls, sock):  # type: ignore[no-untyped-def,override]
+        return cls(PythonFace(cls._stream_class()(sock)))
