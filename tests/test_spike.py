@@ -330,3 +330,36 @@ def test_spike_compiled_runs_no_python_of_its_own_per_message(loop_name: str) ->
             "_async.py:release": 1.0,
             "opcodes.py:data_received": 1.0,  # the client's
         }
+
+
+def test_spike_releases_every_buffer_it_exported(core: ModuleType, loop_name: str) -> None:
+    """A bytearray with an export cannot be resized: after each read (at once,
+    waited for, failed) and each write (sent whole, queued), the caller's
+    buffers can be."""
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        reader, writer = core.SpikeStream(a), core.SpikeStream(b)
+        whole, queued = bytearray(b"abcd" * 4), bytearray(4 << 20)
+        await writer.writelines([whole])
+        whole.append(0)
+        sending = writer.writelines([queued])
+        queued.append(0)  # the tail was copied, not held
+        waited, at_once = bytearray(10), bytearray(6)
+        assert await reader.read_into(waited) == 10 and reader.read_into(at_once).done()
+        waited.append(0)
+        at_once.append(0)
+        rest = bytearray(4 << 20)
+        assert await reader.read_into(rest) == len(rest)
+        await sending
+        failed = bytearray(10)
+        future = reader.read_into(failed)
+        writer.close()
+        with pytest.raises(StreamClosedError):
+            await future
+        failed.append(0)
+        reader.close()
+
+    run_loop(loop_name, main, 20)
