@@ -84,6 +84,7 @@ BOUND_SERVERS: dict[str, tuple[str, str]] = {
 SPIKE_SERVERS: dict[str, tuple[str, str]] = {
     "spike-compiled": ("spike-compiled", "framed"),
     "spike-face": ("spike-face", "framed"),
+    "spike-shared": ("spike-shared", "framed"),
     "spike-pure": ("spike-pure", "framed"),
 }
 

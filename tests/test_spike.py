@@ -66,7 +66,7 @@ async def _turns(n: int = 5) -> None:
 # -- echoes, as the load benchmark runs them ----------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["spike-compiled", "spike-face", "spike-pure"])
+@pytest.mark.parametrize("impl", ["spike-compiled", "spike-face", "spike-shared", "spike-pure"])
 @pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
 def test_spike_echoes_verified(impl: str, loop_name: str, msize: int, nframes: int) -> None:
     """Pipelined (several messages per receive), every echo checked, the
@@ -363,3 +363,20 @@ def test_spike_releases_every_buffer_it_exported(core: ModuleType, loop_name: st
         reader.close()
 
     run_loop(loop_name, main, 20)
+
+
+def test_spike_shared_done_reads_share_one_future_per_size(core: ModuleType, loop_name: str) -> None:
+    async def main() -> None:
+        a, b = _tcp_pair()
+        stream = core.SpikeStream(a, share_done_reads=True)
+        b.sendall(bytes(range(64)))
+        assert await stream.read_into(bytearray(8)) == 8  # waited: a Future of its own
+        first, second, third = bytearray(8), bytearray(8), bytearray(16)
+        f1, f2 = stream.read_into(first), stream.read_into(second)
+        f3 = stream.read_into(third)
+        assert f1 is f2 and f1.result() == 8 and f3 is not f1 and f3.result() == 16
+        assert (first, second, third) == (bytes(range(8, 16)), bytes(range(16, 24)), bytes(range(24, 40)))
+        stream.close()
+        b.close()
+
+    run_loop(loop_name, main, 10)

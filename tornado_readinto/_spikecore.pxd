@@ -65,6 +65,9 @@ cdef class SpikeStream:
 
     # -- writes
     cdef object _sent                 # a done Future shared by the writes the kernel took whole
+    cdef bint _share_done_reads       # (an experiment) reads done at once share a resolved Future
+    cdef object _done_read            # ... the last one
+    cdef Py_ssize_t _done_read_nbytes # ... and its result
     cdef bytearray _wq                # bytes the kernel did not take, in order
     cdef Py_ssize_t _wq_start         # first unsent byte of _wq
     cdef object _wfuture              # resolved once _wq is sent

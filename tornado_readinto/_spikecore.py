@@ -87,12 +87,17 @@ class SpikeStream:
         it (closes it).
     :arg loop: the asyncio loop (default: the current IOLoop's).
     :arg read_ahead_nbytes: the read-ahead buffer's size.
+    :arg share_done_reads: an experiment: a read that the read-ahead completes
+        returns the resolved Future of the last such read when the byte count
+        is the same, instead of a new one.
 
     Other keyword arguments (an IOStream's ``max_buffer_size``...) are
     accepted and ignored.
     """
 
-    def __init__(self, sock, loop=None, read_ahead_nbytes=READ_AHEAD_NBYTES, **_ignored):  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, sock, loop=None, read_ahead_nbytes=READ_AHEAD_NBYTES, share_done_reads=False, **_ignored
+    ):
         if read_ahead_nbytes < 1:
             raise ValueError(f"read_ahead_nbytes must be >= 1 byte, got {read_ahead_nbytes}")
         if loop is None:
@@ -117,6 +122,9 @@ class SpikeStream:
         self._filled = 0
         self._partial = False
         self._sent = None
+        self._share_done_reads = share_done_reads
+        self._done_read = None
+        self._done_read_nbytes = -1
         self._wq = None
         self._wq_start = 0
         self._wfuture = None
@@ -181,7 +189,15 @@ class SpikeStream:
             self._copy_out(take)
         if take == want or (partial and take):
             self._release_target()
-            future = self._new_future()
+            if self._share_done_reads:
+                # (an experiment) one resolved Future per result size, as
+                # writelines shares one for writes
+                if take == self._done_read_nbytes:
+                    return self._done_read
+                self._done_read_nbytes = take
+                self._done_read = future = self._new_future()
+            else:
+                future = self._new_future()
             future.set_result(take)
             return future
         if self._closed:

@@ -8,6 +8,9 @@ callback the loop calls directly.
 * ``spike-face``: ``spike-compiled`` behind a thin Python face whose
   ``read_into`` and ``writelines`` are Python methods calling the core's: what
   one Python frame per stream call costs (three per message).
+* ``spike-shared``: ``spike-compiled`` whose reads completed at once by the
+  read-ahead share one resolved Future per result size (``share_done_reads``):
+  one Future fewer per message.
 * ``spike-pure``: the same ``_spikecore.py`` imported as plain Python (its
   pure twin), whatever is built; the reference the compiled one is checked
   against.
@@ -106,3 +109,12 @@ class SpikeFace(SpikeCompiled):
     @classmethod
     async def from_socket(cls, sock):  # type: ignore[no-untyped-def,override]
         return cls(PythonFace(cls._stream_class()(sock)))
+
+
+class SpikeShared(SpikeCompiled):
+    """``readinto``'s benchmark code on the compiled `SpikeStream` with
+    ``share_done_reads=True``."""
+
+    @classmethod
+    async def from_socket(cls, sock):  # type: ignore[no-untyped-def,override]
+        return cls(cls._stream_class()(sock, share_done_reads=True))
