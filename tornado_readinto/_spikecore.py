@@ -39,9 +39,11 @@ limits (``max_buffer_size``), close callbacks, the busy-poll policy, TLS,
 Tornado's ``IOStream`` face.
 """
 
-# The C names (recv, sendmsg, errno, memcpy, PyObject_GetBuffer...) come from
-# _spikecore.pxd and are used only under ``if cython.compiled``.
+# The C names (recv, sendmsg, errno, memcpy, PyObject_GetBuffer...) and the
+# C-only fields come from _spikecore.pxd and are used only under
+# ``if cython.compiled``; neither linter can see them.
 # ruff: noqa: F821
+# mypy: ignore-errors
 
 import asyncio
 import os
