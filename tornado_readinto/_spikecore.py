@@ -48,7 +48,17 @@ Tornado's ``IOStream`` face.
 import asyncio
 import os
 
-import cython
+try:
+    import cython
+except ImportError:  # the pure twin runs without Cython installed
+
+    class cython:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
+        """What the uncompiled module reads of Cython's shadow module."""
+
+        compiled = False
+        bint = bool
+
+
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
