@@ -79,8 +79,9 @@ BOUND_SERVERS: dict[str, tuple[str, str]] = {
 }
 
 #: The gate spike of issue #33 (``benchmarks/impls/_spike.py``): accepted by
-#: ``--server``, not run by default, plain TCP only; ``spike-compiled`` needs
-#: ``python setup_spike.py build_ext --inplace``.
+#: ``--server``, not run by default, plain TCP only; ``spike-compiled``,
+#: ``spike-face`` and ``spike-shared`` build the compiled spike on demand
+#: (``benchmarks/spike/``: Cython and a C compiler; once per source version).
 SPIKE_SERVERS: dict[str, tuple[str, str]] = {
     "spike-compiled": ("spike-compiled", "framed"),
     "spike-face": ("spike-face", "framed"),

@@ -1,8 +1,13 @@
-"""The gate spike of issue #33 (``tornado_readinto/_spikecore.py``): its
-compiled build and its pure twin do the duties of a stream, and agree.
+"""The gate spike of issue #33 (``benchmarks/spike/_spikecore.py``, a
+benchmark prototype): its compiled build and its pure twin do the duties of
+a stream, and agree.
 
-The compiled cases skip when the extension is not built
-(``python setup_spike.py build_ext --inplace``); the pure twin always runs.
+The compiled cases build the extension themselves, once per session
+(`benchmarks.spike.compiled_module`: Cython and a C compiler, into
+``build/spike/`` of the checkout, reused while the sources are unchanged).
+On Linux a failed build fails them (CI has a compiler and the test extra
+brings Cython); elsewhere they skip, saying why.  The pure twin always runs.
+Self-contained: it needs only the ``benchmarks`` package, no other test module.
 """
 
 from __future__ import annotations
@@ -12,35 +17,39 @@ import asyncio
 import random
 import socket
 import struct
+import sys
 from types import ModuleType
 from typing import Any
 
 import pytest
 from tornado.iostream import StreamClosedError
 
-from benchmarks.impls import IMPLS, availability
-from benchmarks.impls._async import prepare_socket, run_loop
-from benchmarks.impls._spike import compiled_module, pure_module
+from benchmarks.impls import IMPLS, availability, load
+from benchmarks.impls._async import prepare_socket, run_clients, run_loop, serve
+from benchmarks.impls._common import CasePlan, ConnStats
+from benchmarks.spike import SpikeBuildError, compiled_module, pure_module
 from tornado_readinto.errors import BufferBusyError, IncompleteReadError
 
-from .test_bench_anchors import _echo_case
-
 LOOPS = ["asyncio", "uvloop"]
+COMPILED_IMPLS = ["spike-compiled", "spike-face", "spike-shared"]
 
 
-def _compiled() -> ModuleType:
+@pytest.fixture(scope="session")
+def compiled() -> ModuleType:
+    """The compiled spike, built on demand (about 30 s the first time)."""
     try:
         return compiled_module()
-    except ImportError as exc:
+    except SpikeBuildError as exc:
+        if sys.platform.startswith("linux"):
+            pytest.fail(f"the compiled spike must build on Linux (Cython from the test extra, a C compiler): {exc}")
         pytest.skip(str(exc))
 
 
-BUILDS = {"compiled": _compiled, "pure": pure_module}
-
-
-@pytest.fixture(params=list(BUILDS))
+@pytest.fixture(params=["compiled", "pure"])
 def core(request: pytest.FixtureRequest) -> ModuleType:
-    return BUILDS[request.param]()
+    if request.param == "compiled":
+        return request.getfixturevalue("compiled")  # type: ignore[no-any-return]
+    return pure_module()
 
 
 @pytest.fixture(params=LOOPS)
@@ -63,17 +72,37 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+def _echo_case(impl: str, loop: str, msize: int, nframes: int) -> tuple[list[ConnStats], int]:
+    """``impl``'s echo server and its clients (2 connections, 8 messages in
+    flight each, every echo verified) in one loop: the clients' stats and
+    the messages the server echoed."""
+    cls = load(IMPLS[impl])
+    plan = CasePlan(msize, nframes, "pipelined", 8, 0.0, 0.05, 1, 2)
+
+    async def main() -> tuple[list[ConnStats], int]:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        server = asyncio.ensure_future(serve(cls, listener, plan.clients))
+        stats = await run_clients(cls, listener.getsockname()[1], plan)
+        return stats, await server
+
+    return run_loop(loop, main, 60)
+
+
 # -- echoes, as the load benchmark runs them ----------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["spike-compiled", "spike-face", "spike-shared", "spike-pure"])
+@pytest.mark.parametrize("impl", [*COMPILED_IMPLS, "spike-pure"])
 @pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])
-def test_spike_echoes_verified(impl: str, loop_name: str, msize: int, nframes: int) -> None:
+def test_spike_echoes_verified(
+    impl: str, loop_name: str, msize: int, nframes: int, request: pytest.FixtureRequest
+) -> None:
     """Pipelined (several messages per receive), every echo checked, the
     first and last of each connection byte for byte."""
-    why = availability(IMPLS[impl], loop_name)
-    if why is not None:
-        pytest.skip(why)
+    if impl in COMPILED_IMPLS:
+        request.getfixturevalue("compiled")  # built, or failed saying why
+    assert availability(IMPLS[impl], loop_name) is None
     stats, echoed = _echo_case(impl, loop_name, msize, nframes)
     sent = sum(s.messages_sent for s in stats)
     assert sent > 2 * 8 and echoed == sent
@@ -291,18 +320,18 @@ def _run_script(core: ModuleType, loop_name: str, seed: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_spike_compiled_and_pure_agree(loop_name: str, seed: int) -> None:
+def test_spike_compiled_and_pure_agree(compiled: ModuleType, loop_name: str, seed: int) -> None:
     """Same chunks, same reads (partial ones included), on a socketpair whose
     splits the loop's turns decide: the same results, resolved at once or
     not alike, and the bytes in order."""
-    compiled = _compiled()
+    assert compiled.COMPILED
     assert _run_script(compiled, loop_name, seed) == _run_script(pure_module(), loop_name, seed)
 
 
 # -- counts (never timings) -----------------------------------------------------------
 
 
-def test_spike_compiled_runs_no_python_of_its_own_per_message(loop_name: str) -> None:
+def test_spike_compiled_runs_no_python_of_its_own_per_message(compiled: ModuleType, loop_name: str) -> None:
     """benchmarks.opcodes: per message, the compiled spike's server runs only
     the benchmark's own Python (one task step: serve_connection, echo_loop,
     recv resumed; recv and send started; pack_header, unpack_lengths,
@@ -310,7 +339,6 @@ def test_spike_compiled_runs_no_python_of_its_own_per_message(loop_name: str) ->
     the loop's; fewer bytecodes than asyncio Streams on the same loop."""
     from benchmarks import opcodes
 
-    _compiled()
     clients, messages = 2, 200
     spike = opcodes.count("spike-compiled", loop_name, clients=clients, messages=messages)
     streams = opcodes.count("asyncio-streams", loop_name, clients=clients, messages=messages)

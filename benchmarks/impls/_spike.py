@@ -1,10 +1,12 @@
 """The gate spike of issue #33 as echo servers: ``readinto``'s benchmark code
 (``read_into`` the 16-byte head, then each frame; one ``writelines``) on
-`tornado_readinto._spikecore.SpikeStream`, a ``cdef class`` whose readable
+``benchmarks/spike/_spikecore.SpikeStream``, a ``cdef class`` whose readable
 callback the loop calls directly.
 
-* ``spike-compiled``: the extension (``python setup_spike.py build_ext
-  --inplace``); unavailable, saying so, when it is not built.
+* ``spike-compiled``: the extension, built on demand by
+  `benchmarks.spike.compiled_module` (into ``build/spike/``, once per source
+  version; ``python -m benchmarks.spike`` builds it ahead); unavailable,
+  saying why, when it cannot be built (no Cython, no C compiler).
 * ``spike-face``: ``spike-compiled`` behind a thin Python face whose
   ``read_into`` and ``writelines`` are Python methods calling the core's: what
   one Python frame per stream call costs (three per message).
@@ -12,8 +14,7 @@ callback the loop calls directly.
   read-ahead share one resolved Future per result size (``share_done_reads``):
   one Future fewer per message.
 * ``spike-pure``: the same ``_spikecore.py`` imported as plain Python (its
-  pure twin), whatever is built; the reference the compiled one is checked
-  against.
+  pure twin); the reference the compiled one is checked against.
 
 Not products: no TLS, no limits, no other read modes (see the module's
 docstring).  Not in the default sets of ``benchmarks.load``.
@@ -21,44 +22,12 @@ docstring).  Not in the default sets of ``benchmarks.load``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from ..spike import compiled_module, pure_module
 from ._tornado import ReadInto
 
-_PURE_NAME = "tornado_readinto._spikecore_pure"
-
-
-def compiled_module() -> ModuleType:
-    """`tornado_readinto._spikecore`, compiled.
-
-    :raises ImportError: only the pure ``.py`` is there (not built)."""
-    from tornado_readinto import _spikecore
-
-    if not _spikecore.COMPILED:
-        raise ImportError("the spike's extension is not built: python setup_spike.py build_ext --inplace")
-    return _spikecore
-
-
-def pure_module() -> ModuleType:
-    """``tornado_readinto/_spikecore.py`` imported from its source (as
-    ``tornado_readinto._spikecore_pure``), even when the extension is built."""
-    module = sys.modules.get(_PURE_NAME)
-    if module is not None:
-        return module
-    import tornado_readinto
-
-    path = Path(tornado_readinto.__file__).parent / "_spikecore.py"
-    spec = importlib.util.spec_from_file_location(_PURE_NAME, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_PURE_NAME] = module
-    spec.loader.exec_module(module)
-    assert not module.COMPILED
-    return module
+__all__ = ["PythonFace", "SpikeCompiled", "SpikeFace", "SpikePure", "SpikeShared"]
 
 
 class SpikeCompiled(ReadInto):

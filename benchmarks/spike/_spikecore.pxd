@@ -1,6 +1,6 @@
-# Types of tornado_readinto/_spikecore.py (Cython pure-Python mode: the same
+# Types of benchmarks/spike/_spikecore.py (Cython pure-Python mode: the same
 # .py runs uncompiled as the pure twin).  Gate spike of issue #33; not part of
-# the package's build (python setup_spike.py build_ext --inplace).
+# the package (built on demand by benchmarks.spike, or python -m benchmarks.spike).
 #
 # States of the read side (one pending read at most):
 #

@@ -1,11 +1,13 @@
 """Gate spike of issue #33: the ``read_into`` ping-pong path as one typed,
-compiled object.  Not part of the package's build or API.
+compiled object.  A benchmark prototype (``benchmarks/spike/``), not part
+of the package: ``tornado_readinto`` does not ship it.
 
 Strategy:
 
 * Cython pure-Python mode: this file runs as it is (the pure twin) and
   compiles with the types of ``_spikecore.pxd`` (a ``cdef class`` with C
-  fields; ``python setup_spike.py build_ext --inplace``).  `COMPILED` says
+  fields; built on demand by `benchmarks.spike.compiled_module`, or
+  ``python -m benchmarks.spike``).  `COMPILED` says
   which one was imported.  Only the calls that touch memory or the socket
   differ (``if cython.compiled``): libc ``recv`` into a raw pointer and a
   ``Py_buffer`` export of the caller's buffer, against ``sock.recv_into`` and
@@ -62,7 +64,7 @@ except ImportError:  # the pure twin runs without Cython installed
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
-from .errors import BufferBusyError, IncompleteReadError
+from tornado_readinto.errors import BufferBusyError, IncompleteReadError
 
 __all__ = ["COMPILED", "DIRECT_NBYTES", "READ_AHEAD_NBYTES", "SpikeStream"]
 
