@@ -4,8 +4,9 @@
     python -m benchmarks.opcodes --impl readinto,asyncio-streams --loop uvloop --by-function
 
 One process runs an echo server of each implementation (the same
-``AsyncConn`` code that ``benchmarks.echo`` and ``benchmarks.load`` run) and
-a client on the same loop: ``--clients`` connections, each ping-ponging a
+``serve_connection`` that ``benchmarks.echo`` and ``benchmarks.load`` run:
+``echo_loop`` over ``from_socket``, except the ``BufferedProtocol`` anchors,
+which echo from their callback) and a client on the same loop: ``--clients`` connections, each ping-ponging a
 ``--msize`` message with one frame.  After a warm-up, ``sys.settrace`` counts
 every bytecode executed in Python code while ``--messages`` messages go round,
 the client's included (a plain ``asyncio.Protocol``, the same for every
@@ -32,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from benchmarks.impls import EVENT_LOOPS, IMPLS, availability, load
-from benchmarks.impls._async import AsyncConn, echo_loop, prepare_socket, run_loop
+from benchmarks.impls._async import prepare_socket, run_loop
 from benchmarks.impls._common import U64
 
 #: Servers counted by default: ours, their heavier variant, and the anchors.
@@ -79,16 +80,22 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 
 class _Counter:
-    """A ``sys.settrace`` function counting opcode events, in all and by function."""
+    """A ``sys.settrace`` function counting opcode events, in all and by
+    function, and the Python frames entered (``call`` events: a function
+    called, or a generator or coroutine resumed)."""
 
     def __init__(self) -> None:
         self.total = 0
         self.by_function: collections.Counter[str] = collections.Counter()
+        self.calls = 0
+        self.calls_by_function: collections.Counter[str] = collections.Counter()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
         code = frame.f_code
         key = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}"
+        self.calls += 1
+        self.calls_by_function[key] += 1
         by_function = self.by_function
 
         def opcode(frame: FrameType, event: str, arg: Any) -> Any:
@@ -111,8 +118,11 @@ def count(impl: str, loop_name: str, *, clients: int = 8, messages: int = 2000, 
     async def main() -> _Counter:
         loop = asyncio.get_running_loop()
         pairs = [_tcp_pair() for _ in range(clients)]
-        conns: list[AsyncConn] = [await cls.from_socket(server) for server, _ in pairs]
-        servers = [asyncio.ensure_future(echo_loop(conn)) for conn in conns]
+        # What the load benchmark's server runs: echo_loop over from_socket,
+        # or the class's own serve_connection (the BufferedProtocol anchors
+        # echo from buffer_updated, with no coroutine per message).
+        servers = [asyncio.ensure_future(cls.serve_connection(server)) for server, _ in pairs]
+        await asyncio.sleep(0)  # (the protocols' transports are made)
         protocols = []
         for _, client_sock in pairs:
             _, protocol = await loop.create_connection(
@@ -151,9 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=2000, help="round trips counted (default: 2000)")
     parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
     parser.add_argument("--by-function", action="store_true", help="also list the functions that execute the most")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count the Python frames entered per message (calls, and coroutine or generator resumptions)",
+    )
     args = parser.parse_args(argv)
     status = 0
-    print(f"{'server':<22} {'loop':<8} {'opcodes/msg':>12}")
+    print(f"{'server':<22} {'loop':<8} {'opcodes/msg':>12}" + (f" {'frames/msg':>11}" if args.calls else ""))
     for loop_name in args.loop.split(","):
         for impl in args.impl.split(","):
             why = availability(IMPLS[impl], loop_name) if impl in IMPLS else f"unknown implementation {impl!r}"
@@ -163,10 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             counted = count(impl, loop_name, clients=args.clients, messages=args.messages, msize=args.msize)
             n = max(1, args.messages // args.clients) * args.clients
-            print(f"{impl:<22} {loop_name:<8} {counted.total / n:>12.0f}")
+            frames = f" {counted.calls / n:>11.1f}" if args.calls else ""
+            print(f"{impl:<22} {loop_name:<8} {counted.total / n:>12.0f}{frames}")
             if args.by_function:
                 for key, ops in counted.by_function.most_common(25):
-                    print(f"{'':<31} {ops / n:>12.1f}  {key}")
+                    calls = f" {counted.calls_by_function[key] / n:>11.2f}" if args.calls else ""
+                    print(f"{'':<31} {ops / n:>12.1f}{calls}  {key}")
     return status
 
 

@@ -260,6 +260,8 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
        for loop in ("asyncio", "uvloop")},
+    **{f"spike.{server}.{loop}.x-streams": load_ratio("load-spike.json", server, loop, "asyncio-streams")
+       for server in ("spike-compiled", "readinto") for loop in ("asyncio", "uvloop")},
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
@@ -634,6 +636,10 @@ QUOTES: list[Quote] = [
                                   "uvloop"),
     Quote("docs/performance.rst", "bound-floor costs {bounds.bound-floor.asyncio.x-streams} Streams' CPU on "
                                   "asyncio's loop"),
+    Quote("docs/performance.rst", "costs {spike.spike-compiled.uvloop.x-streams} Streams' CPU per message on "
+                                  "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
+                                  "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
+                                  "{spike.readinto.asyncio.x-streams} in the same run"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),

@@ -320,11 +320,17 @@ def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
     assert availability(IMPLS["dask-tcp"]) is None  # plain TCP: fine
     assert _tls.unavailable() is None
     lines = SUITE.listing().splitlines()
-    assert len(lines) == len(load.LOAD_SERVERS) + len(load.BOUND_SERVERS)
-    assert all("tls: available]" in line for line in lines[: len(load.LOAD_SERVERS)])
+    nload, nbound = len(load.LOAD_SERVERS), len(load.BOUND_SERVERS)
+    assert len(lines) == nload + nbound + len(load.SPIKE_SERVERS)
+    assert all("tls: available]" in line for line in lines[:nload])
     # the lower bounds are plain TCP only, and say so
-    assert [line.split()[0] for line in lines[len(load.LOAD_SERVERS) :]] == list(load.BOUND_SERVERS)
-    assert all("has no TLS server" in line for line in lines[len(load.LOAD_SERVERS) :])
+    assert [line.split()[0] for line in lines[nload : nload + nbound]] == list(load.BOUND_SERVERS)
+    assert all("has no TLS server" in line for line in lines[nload : nload + nbound])
+    # so is the spike of #33 (whose compiled servers say why when it cannot be built)
+    assert [line.split()[0] for line in lines[nload + nbound :]] == list(load.SPIKE_SERVERS)
+    assert all(
+        "has no TLS server" in line or "compiled spike" in line or "Cython" in line for line in lines[nload + nbound :]
+    )
 
 
 def test_load_server_without_tls_is_skipped_with_its_reason(
