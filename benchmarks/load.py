@@ -74,7 +74,7 @@ BOUND_SERVERS: dict[str, tuple[str, str]] = {
     "bound-tornado": ("bound-tornado", "framed"),
 }
 
-#: The gate spike of issue #33 (``benchmarks/impls/_spike.py``): accepted by
+#: The compiled-core spike (``benchmarks/impls/_spike.py``): accepted by
 #: ``--server``, not run by default, plain TCP only; ``spike-compiled``,
 #: ``spike-face`` and ``spike-shared`` build the compiled spike on demand
 #: (``benchmarks/spike/``: Cython and a C compiler; once per source version).
@@ -236,7 +236,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "--server",
             type=h.csv(server),
             help=f"comma list (default: all: {','.join(LOAD_SERVERS)}; "
-            f"also the lower bounds: {','.join(BOUND_SERVERS)}; and the spike of #33: {','.join(SPIKE_SERVERS)})",
+            f"also the lower bounds: {','.join(BOUND_SERVERS)}; and the compiled-core spike: {','.join(SPIKE_SERVERS)})",
         )
         p.add_argument("--loop", type=h.csv(loop), help="server event loops (default: asyncio,uvloop if installed)")
         p.add_argument(

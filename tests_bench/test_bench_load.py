@@ -326,7 +326,7 @@ def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
     # the lower bounds are plain TCP only, and say so
     assert [line.split()[0] for line in lines[nload : nload + nbound]] == list(load.BOUND_SERVERS)
     assert all("has no TLS server" in line for line in lines[nload : nload + nbound])
-    # so is the spike of #33 (whose compiled servers say why when it cannot be built)
+    # so is the compiled-core spike (whose compiled servers say why when it cannot be built)
     assert [line.split()[0] for line in lines[nload + nbound :]] == list(load.SPIKE_SERVERS)
     assert all(
         "has no TLS server" in line or "compiled spike" in line or "Cython" in line for line in lines[nload + nbound :]

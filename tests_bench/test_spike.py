@@ -1,4 +1,4 @@
-"""The gate spike of issue #33 (``benchmarks/spike/_spikecore.py``, a
+"""The compiled-core spike (``benchmarks/spike/_spikecore.py``, a
 benchmark prototype): its compiled build and its pure twin do the duties of
 a stream, and agree.
 

@@ -99,7 +99,7 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec(
             "spike-compiled",
             "._spike:SpikeCompiled",
-            "gate spike of #33: readinto's code on a compiled cdef-class stream (not a product)",
+            "compiled-core spike: readinto's code on a compiled cdef-class stream (not a product)",
             requires=("benchmarks.impls._spike_built",),
         ),
         ImplSpec(
@@ -114,7 +114,7 @@ IMPLS: dict[str, ImplSpec] = {
             "spike-compiled, reads done at once share a resolved Future (not a product)",
             requires=("benchmarks.impls._spike_built",),
         ),
-        ImplSpec("spike-pure", "._spike:SpikePure", "gate spike of #33, its pure-Python twin (not a product)"),
+        ImplSpec("spike-pure", "._spike:SpikePure", "compiled-core spike, its pure-Python twin (not a product)"),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
         ImplSpec(
             "threads-uninit",

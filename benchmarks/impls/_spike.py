@@ -1,4 +1,4 @@
-"""The gate spike of issue #33 as echo servers: ``readinto``'s benchmark code
+"""The compiled-core spike as echo servers: ``readinto``'s benchmark code
 (``read_into`` the 16-byte head, then each frame; one ``writelines``) on
 ``benchmarks/spike/_spikecore.SpikeStream``, a ``cdef class`` whose readable
 callback the loop calls directly.

@@ -1,4 +1,4 @@
-"""The gate spike of issue #33: a benchmark prototype, not part of the package.
+"""The compiled-core spike: a benchmark prototype, not part of the package.
 
 ``_spikecore.py`` + ``_spikecore.pxd`` are one ``cdef class SpikeStream`` in
 Cython's pure-Python mode (see the module's docstring): the .py runs as it is

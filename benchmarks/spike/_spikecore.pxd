@@ -1,5 +1,5 @@
 # Types of benchmarks/spike/_spikecore.py (Cython pure-Python mode: the same
-# .py runs uncompiled as the pure twin).  Gate spike of issue #33; not part of
+# .py runs uncompiled as the pure twin).  Compiled-core spike; not part of
 # the package (built on demand by benchmarks.spike, or python -m benchmarks.spike).
 #
 # States of the read side (one pending read at most):

@@ -1,4 +1,4 @@
-"""Gate spike of issue #33: the ``read_into`` ping-pong path as one typed,
+"""Compiled-core spike: the ``read_into`` ping-pong path as one typed,
 compiled object.  A benchmark prototype (``benchmarks/spike/``), not part
 of the package: ``tornado_readinto`` does not ship it.
 
