@@ -236,7 +236,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "--server",
             type=h.csv(server),
             help=f"comma list (default: all: {','.join(LOAD_SERVERS)}; "
-            f"also the lower bounds: {','.join(BOUND_SERVERS)}; and the compiled-core spike: {','.join(SPIKE_SERVERS)})",
+            f"also the lower bounds: {','.join(BOUND_SERVERS)}; the spike: {','.join(SPIKE_SERVERS)})",
         )
         p.add_argument("--loop", type=h.csv(loop), help="server event loops (default: asyncio,uvloop if installed)")
         p.add_argument(

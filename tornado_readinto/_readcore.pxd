@@ -1,5 +1,5 @@
 # Declarations for compiling _readcore.py with Cython in pure-Python mode
-# (issue #33): the same .py, typed by this file.  See _streamcore.pxd for the
+# (the compiled core): the same .py, typed by this file.  See _streamcore.pxd for the
 # states of a stream's core.
 
 cdef class ReadCore:

@@ -1,5 +1,5 @@
 # Declarations for compiling _streamcore.py with Cython in pure-Python mode
-# (issue #33): the same .py, typed by this file.
+# (the compiled core): the same .py, typed by this file.
 #
 # The states of a stream's core (docs/internals.rst has them with the call
 # graph of a read).  Three independent parts:
