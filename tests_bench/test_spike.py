@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from tornado.iostream import StreamClosedError
 
-from benchmarks.impls import IMPLS, availability, load
-from benchmarks.impls._async import prepare_socket, run_clients, run_loop, serve
-from benchmarks.impls._common import CasePlan, ConnStats
+from benchmarks.impls import IMPLS, availability
+from benchmarks.impls._async import prepare_socket, run_loop
 from benchmarks.spike import SpikeBuildError, compiled_module, pure_module
+from tests_bench.test_bench_anchors import _echo_case
 from tornado_readinto.errors import BufferBusyError, IncompleteReadError
 
 LOOPS = ["asyncio", "uvloop"]
@@ -70,24 +70,6 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 async def _turns(n: int = 5) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
-
-
-def _echo_case(impl: str, loop: str, msize: int, nframes: int) -> tuple[list[ConnStats], int]:
-    """``impl``'s echo server and its clients (2 connections, 8 messages in
-    flight each, every echo verified) in one loop: the clients' stats and
-    the messages the server echoed."""
-    cls = load(IMPLS[impl])
-    plan = CasePlan(msize, nframes, "pipelined", 8, 0.0, 0.05, 1, 2)
-
-    async def main() -> tuple[list[ConnStats], int]:
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        server = asyncio.ensure_future(serve(cls, listener, plan.clients))
-        stats = await run_clients(cls, listener.getsockname()[1], plan)
-        return stats, await server
-
-    return run_loop(loop, main, 60)
 
 
 # -- echoes, as the load benchmark runs them ----------------------------------------
