@@ -6,6 +6,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --pair tls --workload rpc,transfer
     python -m benchmarks dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
     python -m benchmarks dask --workload busy-worker --repeat 7                 # a worker whose threads hold the GIL
+    python -m benchmarks dask --workload busy-worker --pair tcp --switch-interval 5ms,1ms,500us
 
 (``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
@@ -18,9 +19,9 @@ each workload: its data is prepared on both clusters (untimed), one warm-up
 repetition runs on each, then the protocols alternate repetition by
 repetition (A B B A A B...), so that a drift of the machine hits both alike.
 The ``busy-worker`` workload starts a fresh cluster of one worker process
-with two threads for every repetition instead (same alternation): both
-threads run a pure-Python busy task while the client makes direct RPCs to
-that worker and then fetches an array from it.
+with two threads for every repetition instead (same alternation), per task
+shape and switch interval: its threads run a busy task while the client
+times tasks, RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
 The table shows the median and the min-max spread of the repeats, and the
 ratio of readinto's median to its baseline's (>1: readinto is faster).
 
@@ -45,6 +46,7 @@ from typing import Any, Callable
 if __package__ in (None, ""):  # pragma: no cover - see the module docstring
     sys.exit("run this benchmark as a module: python -m benchmarks dask")
 
+from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
 from benchmarks.harness import check
 from benchmarks.harness import plot as plots
@@ -72,14 +74,19 @@ METRICS: dict[str, Metric] = {
     "full": Metric("s", False, h.format_seconds),
     "rechunk": Metric("s", False, h.format_seconds),
     "shuffle": Metric("s", False, h.format_seconds),
-    "busy-worker-rpc": Metric("RPC/s", True, h.format_rate),
-    "busy-worker-fetch": Metric("s per fetch", False, h.format_seconds),
+    **{row: Metric(*spec) for row, spec in busy.METRICS_BY_ROW.items()},
 }
+
+
+def metric_of(row: str) -> Metric:
+    """The metric of a table row (``busy-worker-rpc[arith@1ms]``: its base row's)."""
+    return METRICS[busy.base_row(row)]
+
 
 #: ``--workload`` names -> their table rows.
 ROWS: dict[str, tuple[str, ...]] = {
     **{name: (name,) for name in ("rpc", "tasks", "chain", "transfer", "full", "rechunk", "shuffle")},
-    "busy-worker": ("busy-worker-rpc", "busy-worker-fetch"),
+    "busy-worker": busy.BUSY_ROWS,  # each suffixed with its variant: busy-worker-rpc[arith]
 }
 WORKLOADS = tuple(ROWS)
 
@@ -91,7 +98,7 @@ FRESH_CLUSTER_WORKLOADS = ("busy-worker",)
 PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "transfer", "busy-worker")}
 
 #: The busy-worker cluster: one worker process, both of its threads busy.
-BUSY_WORKER_THREADS = 2
+BUSY_WORKER_THREADS = busy.BUSY_WORKER_THREADS
 
 
 @dataclass
@@ -109,7 +116,7 @@ class DaskResult(h.Repeated):
 
     @property
     def metric(self) -> Metric:
-        return METRICS[self.workload]
+        return metric_of(self.workload)
 
     @property
     def is_baseline(self) -> bool:
@@ -428,7 +435,12 @@ def make_security(directory: str) -> Any:
 
 @contextlib.contextmanager
 def open_side(
-    protocol: str, security: Any, args: argparse.Namespace, n_workers: int = 2, threads_per_worker: int = 1
+    protocol: str,
+    security: Any,
+    args: argparse.Namespace,
+    n_workers: int = 2,
+    threads_per_worker: int = 1,
+    **cluster_kwargs: Any,
 ) -> Iterator[Side]:
     from distributed import Client, LocalCluster
 
@@ -442,6 +454,7 @@ def open_side(
         dashboard_address=":0",  # None would mean the default port 8787
         worker_dashboard_address=None,
         **kwargs,
+        **cluster_kwargs,
     ) as cluster, Client(cluster, timeout="60s", **kwargs) as client:  # fmt: skip
         client.wait_for_workers(n_workers, timeout=120)
         workers = sorted(client.scheduler_info()["workers"])
@@ -528,99 +541,6 @@ def run_workload(
     return results
 
 
-def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout_s:.0f}s")
-        time.sleep(0.01)
-
-
-def rep_busy_worker(side: Side, args: argparse.Namespace, fill: int) -> dict[str, dict[str, Any]]:
-    """One repetition on a fresh one-worker cluster: both worker threads
-    spin in pure Python while the client makes ``--busy-rpc`` direct RPCs
-    to the worker (``identity``), then fetches the ``--busy-size`` array
-    made there before the spinners started; one result per row."""
-    from distributed import wait
-
-    from benchmarks import dask_busy
-
-    client, (worker,) = side.client, side.workers
-    n = args.busy_size // 8
-    array = client.submit(make_array, fill, n * 8, workers=[worker], allow_other_workers=False, pure=False)
-    wait([array], timeout=args.timeout)
-
-    async def identity() -> Any:
-        return await client.rpc(worker).identity()
-
-    client.sync(identity)  # untimed: opens the client's pooled connection to the worker
-    spinners = [
-        client.submit(dask_busy.spin, args.timeout, workers=[worker], allow_other_workers=False, pure=False)
-        for _ in range(BUSY_WORKER_THREADS)
-    ]
-    try:
-        _wait_until(
-            lambda: client.run(dask_busy.spinning, workers=[worker])[worker] == BUSY_WORKER_THREADS,
-            args.timeout,
-            "the spinners did not start",
-        )
-
-        async def rpcs(count: int) -> tuple[float, Any]:
-            started = time.perf_counter()
-            answer = None
-            for _ in range(count):
-                answer = await client.rpc(worker).identity()
-            return time.perf_counter() - started, answer
-
-        rpc_s, answer = client.sync(rpcs, args.busy_rpc)
-        started = time.perf_counter()
-        data = client.gather(array, direct=True)
-        fetch_s = time.perf_counter() - started
-    finally:
-        client.run(dask_busy.stop_spinning, workers=[worker])
-    spun = client.gather(spinners)
-    check(answer is not None and answer["type"] == "Worker", f"not a worker identity: {answer!r}")
-    check(answer["scheduler"] == side.cluster.scheduler_address, f"wrong scheduler: {answer['scheduler']}")
-    check(answer["nthreads"] == BUSY_WORKER_THREADS, f"the worker has {answer['nthreads']} threads")
-    check(data.shape == (n,) and float(data.sum()) == float(fill) * n, f"array: shape {data.shape}, sum {data.sum()}")
-    check(all(s["stopped"] for s in spun), f"a spinner stopped at its deadline, before the measurements ended: {spun}")
-    spinners_extra = {"spinner_rounds": [s["rounds"] for s in spun], "spinner_s": [s["spun_s"] for s in spun]}
-    return {
-        "busy-worker-rpc": {"value": args.busy_rpc / rpc_s, "elapsed_s": rpc_s, "count": args.busy_rpc,
-                            **spinners_extra},
-        "busy-worker-fetch": {"value": fetch_s, "nbytes": data.nbytes, "gbps": data.nbytes / fetch_s / GB,
-                              **spinners_extra},
-    }  # fmt: skip
-
-
-def run_busy_worker(
-    protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
-) -> list[DaskResult]:
-    """The busy-worker workload: a fresh ``LocalCluster(n_workers=1,
-    threads_per_worker=2)`` per repetition, the protocols alternating."""
-    baseline = protocols[0]
-    rows = ROWS["busy-worker"]
-    results = {(row, p): DaskResult(row, p, baseline) for p in protocols for row in rows}
-
-    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
-        with open_side(protocols[i], security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS) as side:
-            return rep_busy_worker(side, args, fill=n)
-
-    def record(i: int, repetition: int, measured: dict[str, Any]) -> str:
-        if repetition >= 0:
-            for row in rows:
-                results[row, protocols[i]].repeats.append(measured[row])
-        rpc, fetch = (measured[row]["value"] for row in rows)
-        return f"{h.format_rate(rpc)} RPC/s, fetch {h.format_seconds(fetch)}"
-
-    def fail(i: int, why: str) -> None:
-        for row in rows:
-            results[row, protocols[i]].error = why
-
-    run_alternating("busy-worker", protocols, args, rep, record, fail, progress)
-    return [results[row, p] for row in rows for p in protocols]
-
-
 # -- the suite ------------------------------------------------------------------------------------
 
 
@@ -663,12 +583,18 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
                     for workload in shared:
                         results += run_workload(workload, (a, b), baseline, args, progress)
             if "busy-worker" in runnable:  # after the shared clusters are gone
-                results += run_busy_worker((baseline, readinto), security, args, progress)
+                results += busy.run_busy_worker((baseline, readinto), security, args, progress)
     return results
 
 
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _switches_cell(r: DaskResult) -> str:
+    """The busy worker's loop-thread voluntary context switches per RPC (median), or blank."""
+    median = r.median("switches_per_rpc") if r.repeats else None
+    return "" if median is None else f"{median:.1f}"
 
 
 class DaskSuite(h.TableSuite[str, DaskResult]):
@@ -686,6 +612,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         h.field("protocol", lambda r: r.protocol),
         h.field("metric", lambda r: r.metric.label),
         h.Column("median (min-max)", lambda results, r: h.format_spread(r.values("value"), r.metric.fmt)),
+        h.Column("switches/RPC", lambda results, r: _switches_cell(r)),
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -745,6 +672,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             default=h.parse_size("64MiB"),
             help="busy-worker: bytes of the array fetched from it (default: 64MiB)",
         )
+        busy.add_arguments(p)
         p.add_argument(
             "--event-loop",
             choices=("asyncio", "tornado", "uvloop"),
@@ -814,7 +742,12 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
                 "shuffle_rows": args.shuffle_rows,
                 "busy_rpc": args.busy_rpc,
                 "busy_size": h.format_size(args.busy_size),
+                "busy_tasks": args.busy_tasks,
+                "busy_heartbeats": args.busy_heartbeats,
             },
+            "busy_shapes": args.busy_shape,
+            "switch_intervals": args.switch_interval,
+            "busy_count": args.busy_count,
             "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
         }
 
@@ -837,7 +770,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
                 ax.set_xticklabels([r.protocol for r in group])
                 ratios = [ratio(results, r) for r in group]
                 ax.set_title(workload + "".join(f"  {x:.2f}x" for x in ratios if x is not None))
-                metric = METRICS[workload]
+                metric = metric_of(workload)
                 ax.set_ylabel(metric.label + ("" if metric.higher_is_better else " (lower is better)"))
                 ax.grid(axis="y", alpha=0.3)
             if not panels:

@@ -39,12 +39,23 @@ class Counts:
                 counts.resolved += 1
 
         class CountingReadFuture(iostream_module._ReadFuture):
+            __slots__ = ()
+
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                counts.parked += 1
+
+        class CountingEagerReadFuture(iostream_module._EagerReadFuture):
+            # the read Future of asyncio's loop, and of uvloop's once contended
+            __slots__ = ()
+
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, **kwargs)
                 counts.parked += 1
 
         monkeypatch.setattr(iostream_module, "Future", CountingFuture)
         monkeypatch.setattr(iostream_module, "_ReadFuture", CountingReadFuture)
+        monkeypatch.setattr(iostream_module, "_EagerReadFuture", CountingEagerReadFuture)
 
 
 def _pair(**kwargs):

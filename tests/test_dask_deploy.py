@@ -160,10 +160,12 @@ def cli_cluster(
     scheduler_args: Sequence[str] = ("--protocol", "readinto"),
     worker_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    worker_env: dict[str, str] | None = None,
     nworkers: int = 2,
 ) -> Iterator[CLICluster]:
     """``dask scheduler --scheduler-file F`` and ``nworkers`` x ``dask worker
-    --scheduler-file F --nworkers 1 --nthreads 1``, all on 127.0.0.1."""
+    --scheduler-file F --nworkers 1 --nthreads 1``, all on 127.0.0.1
+    (``worker_env``: more environment for the workers only)."""
     cluster = CLICluster(directory, directory / "scheduler.json")
     full_env = _env(env)
     try:
@@ -185,7 +187,7 @@ def cli_cluster(
                 dask_cli("worker")
                 + ["--scheduler-file", str(cluster.scheduler_file), "--nworkers", "1", "--nthreads", "1"]
                 + ["--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60s", *worker_args],
-                full_env,
+                {**full_env, **(worker_env or {})},
             )
         yield cluster
     finally:
@@ -382,3 +384,24 @@ def test_cli_client_restart_over_readinto(tmp_path: Path) -> None:
         assert kept.status in ("cancelled", "lost", "error"), kept.status  # data died with the workers
         check_scheme(client, "readinto")
         check_worker_to_worker(client, "readinto")
+
+
+@pytest.mark.timeout(120)
+def test_cli_worker_takes_the_switch_interval_from_dask_config(tmp_path: Path) -> None:
+    """``DASK_DISTRIBUTED__COMM__READINTO__SWITCH_INTERVAL`` in the workers'
+    environment only: each worker (started by its Nanny) runs at that
+    interval; the scheduler, which did not opt in, and this process keep
+    theirs."""
+    import sys
+
+    own = sys.getswitchinterval()
+    worker_env = {"DASK_DISTRIBUTED__COMM__READINTO__SWITCH_INTERVAL": "700us"}
+    with cli_cluster(tmp_path, worker_env=worker_env) as cluster, connected_client(cluster) as client:
+        check_scheme(client, "readinto")
+        intervals = client.run(sys.getswitchinterval)
+        assert len(intervals) == 2 and all(v == pytest.approx(700e-6) for v in intervals.values()), intervals
+        assert client.run_on_scheduler(sys.getswitchinterval) == own
+        # the worker read the key from its dask config
+        keys = client.run(lambda: dask.config.get("distributed.comm.readinto.switch-interval", None))
+        assert set(keys.values()) == {"700us"}
+    assert sys.getswitchinterval() == own

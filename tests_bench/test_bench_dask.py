@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("distributed")
 
 from benchmarks import dask as bench  # noqa: E402
+from benchmarks import dask_busyworker as busy  # noqa: E402
 from benchmarks.dask import SUITE, DaskResult, _square, ratio  # noqa: E402
 from benchmarks.harness import alternation  # noqa: E402
 
@@ -36,7 +37,19 @@ def results() -> list[DaskResult]:
         make_result("tasks", "readinto", "tcp", [4000, 4100, 3900]),
         DaskResult("shuffle", "tcp", "tcp", skipped="needs pandas and pyarrow"),
         DaskResult("shuffle", "readinto", "tcp", skipped="needs pandas and pyarrow"),
-        make_result("busy-worker-rpc", "tcp", "tcp", [40, 50, 60]),
+        DaskResult(
+            "busy-worker-rpc",
+            "tcp",
+            "tcp",
+            repeats=[{"value": v, "switches_per_rpc": s} for v, s in ((40, 20.0), (50, 21.0), (60, 19.5))],
+        ),
+        DaskResult(
+            "busy-worker-rpc[arith@1ms]",
+            "readinto",
+            "tcp",
+            repeats=[{"value": v, "switches_per_rpc": 6.5} for v in (400, 380)],
+        ),
+        make_result("busy-worker-rpc[arith@1ms]", "tcp", "tcp", [200, 190]),
         make_result("busy-worker-rpc", "readinto", "tcp", [100, 80, 120]),
         make_result("busy-worker-fetch", "tcp", "tcp", [0.3, 0.2, 0.4]),
         make_result("busy-worker-fetch", "readinto", "tcp", [0.1, 0.2, 0.05]),
@@ -65,7 +78,7 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
     lines = text.splitlines()
     assert "over 5 repeats" in lines[0]
     header = next(line for line in lines if line.startswith("workload"))
-    assert header.split() == ["workload", "protocol", "metric", "median", "(min-max)", "x", "baseline"]
+    assert header.split() == ["workload", "protocol", "metric", "median", "(min-max)", "switches/RPC", "x", "baseline"]
     rpc = next(line for line in lines if line.startswith("rpc") and "readinto" in line)
     assert rpc.split() == ["rpc", "readinto", "RPC/s", "1.5k", "(1.4k-1.6k)", "1.50x"]
     rpc_tcp = next(line for line in lines if line.startswith("rpc") and " tcp " in line)
@@ -78,6 +91,10 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
     assert failed.split()[:3] == ["tasks", "tcp", "tasks/s"]
     assert "FAILED: VerificationError: wrong results of 20000 tasks" in failed and "trace" not in text
     assert "SKIPPED shuffle: needs pandas and pyarrow" in lines
+    busy_tcp = next(line for line in lines if line.startswith("busy-worker-rpc ") and " tcp " in line)
+    assert busy_tcp.split()[-2:] == ["20.0", "-"]  # switches per RPC (median) beside RPC/s
+    variant = next(line for line in lines if line.startswith("busy-worker-rpc[arith@1ms]") and "readinto" in line)
+    assert variant.split() == ["busy-worker-rpc[arith@1ms]", "readinto", "RPC/s", "390", "(380-400)", "6.5", "2.00x"]
     fetch = next(line for line in lines if line.startswith("busy-worker-fetch") and "readinto" in line)
     assert fetch.split() == ["busy-worker-fetch", "readinto", "s", "per", "fetch", "100ms", "(50ms-200ms)", "3.00x"]
     assert sum("shuffle" in line for line in lines) == 1  # listed once, not as rows
@@ -129,6 +146,14 @@ def test_bench_dask_parse_args() -> None:
     assert defaults.repeat >= 5 and defaults.tasks == 20_000 and defaults.chain == 1000
     assert "busy-worker" in defaults.workload and "busy-worker" in bench.PAIR_WORKLOADS["tls"]
     assert defaults.busy_rpc == 100 and defaults.busy_size == 64 << 20
+    assert defaults.busy_shape == ["arith", "builtins", "dictlist", "numpy"] and defaults.switch_interval is None
+    args = SUITE.parse_args(["--busy-shape", "numpy,arith", "--switch-interval", "5ms,1ms,500us"])
+    assert args.busy_shape == ["numpy", "arith"] and args.switch_interval == [5e-3, 1e-3, 500e-6]
+    assert [busy.variant_name(*v) for v in busy.variants(args)] == [
+        "numpy@5ms", "arith@5ms", "numpy@1ms", "arith@1ms", "numpy@500us", "arith@500us"]  # fmt: skip
+    for bad in (["--busy-shape", "cpu"], ["--switch-interval", "10us"], ["--switch-interval", "abc"]):
+        with pytest.raises(SystemExit):
+            SUITE.parse_args(bad)
     with pytest.raises(SystemExit):
         SUITE.parse_args(["--workload", "nope"])
     with pytest.raises(SystemExit):
@@ -164,32 +189,74 @@ def test_bench_dask_spinner_stops_when_told() -> None:
 
 
 def test_bench_dask_busy_worker_tiny_real_run(tmp_path: Path) -> None:
-    """busy-worker on fresh one-worker clusters of both pairs: the RPCs
-    answer with the busy worker's identity, the fetched array has the right
-    size and sum, both spinners were still spinning when it ended."""
+    """busy-worker on fresh one-worker clusters of both pairs, one task
+    shape: the RPCs answer with the busy worker's identity, the fetched array
+    has the right size and sum, both spinners were still spinning when it
+    ended; every row of the variant is there, the RPC row with the loop
+    thread's switches per RPC."""
     path = tmp_path / "dask.json"
     argv = ["--workload", "busy-worker", "--repeat", "1", "--warmup", "0", "--busy-rpc", "5",
-            "--busy-size", "1MiB", "--json", str(path)]  # fmt: skip
+            "--busy-size", "1MiB", "--busy-shape", "builtins", "--busy-tasks", "2", "--busy-heartbeats", "1",
+            "--json", str(path)]  # fmt: skip
     assert SUITE.main(argv) == 0
     data = json.loads(path.read_text())
     assert data["meta"]["busy_worker"] == {"n_workers": 1, "threads_per_worker": 2, "fresh_cluster": True}
     rows = data["results"]
     assert [(r["workload"], r["protocol"]) for r in rows] == [
-        (row, p)
+        (f"{row}[builtins]", p)
         for pair in (("tcp", "readinto"), ("tls", "readinto-tls"))
-        for row in ("busy-worker-rpc", "busy-worker-fetch")
+        for row in busy.BUSY_ROWS
         for p in pair
     ]
     for r in rows:
         assert r["status"] == "ok", r
         (repeat,) = r["repeats"]
-        assert repeat["value"] > 0 and len(repeat["spinner_rounds"]) == 2 and min(repeat["spinner_rounds"]) > 0
-        if r["workload"] == "busy-worker-rpc":
-            assert repeat["count"] == 5
-        else:
+        assert repeat["value"] is not None
+        if r["workload"] == "busy-worker-rpc[builtins]":
+            assert repeat["count"] == 5 and repeat["switches_per_rpc"] >= 0 and "releases_per_rpc" not in repeat
+        elif r["workload"] == "busy-worker-fetch[builtins]":
             assert repeat["nbytes"] == 1 << 20
+        elif r["workload"] == "busy-worker-task[builtins]":
+            assert repeat["value"] > 0 and len(repeat["spinner_rounds"]) == 2 and min(repeat["spinner_rounds"]) > 0
+        elif r["workload"] == "busy-worker-latency[builtins]":
+            assert len(repeat["latencies_s"]) == 2
+        else:
+            assert len(repeat["gaps_s"]) == 1 and repeat["interval_s"] > 0
         if r["protocol"] not in ("tcp", "tls"):
-            assert r["x_baseline"] > 0
+            if r["workload"] == "busy-worker-heartbeat[builtins]":
+                # a delay (gap minus interval) of one heartbeat may be negative
+                assert r["x_baseline"] is not None
+            else:
+                assert r["x_baseline"] > 0
+
+
+def test_bench_dask_busy_worker_switch_interval_smoke(tmp_path: Path) -> None:
+    """--switch-interval on the tcp pair: each worker runs at the interval
+    (checked inside the repetition: readinto's through the dask config key,
+    tcp's through sys.setswitchinterval), the rows carry the variant, and
+    --busy-count adds the loop thread's GIL-releasing calls by origin.  This
+    process keeps its own interval."""
+    import sys
+
+    own = sys.getswitchinterval()
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "busy-worker", "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--busy-rpc", "5",
+            "--busy-size", "64KiB", "--busy-shape", "numpy", "--busy-tasks", "1", "--busy-heartbeats", "0",
+            "--switch-interval", "700us", "--busy-count", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    data = json.loads(path.read_text())
+    assert data["meta"]["switch_intervals"] == [700e-6] and data["meta"]["busy_shapes"] == ["numpy"]
+    rows = {(r["workload"], r["protocol"]): r for r in data["results"]}
+    assert set(rows) == {(f"{row}[numpy@700us]", p) for row in busy.BUSY_ROWS for p in ("tcp", "readinto")}
+    for (workload, _), r in rows.items():
+        if workload == "busy-worker-heartbeat[numpy@700us]":
+            assert r["status"] == "ok" and r["repeats"][0]["value"] is None  # not measured
+            continue
+        assert r["status"] == "ok", r
+    for p in ("tcp", "readinto"):
+        (repeat,) = rows["busy-worker-rpc[numpy@700us]", p]["repeats"]
+        assert sum(repeat["polls_per_rpc"].values()) > 0  # asyncio's loop (tornado's default): polls seen
+    assert sys.getswitchinterval() == own
 
 
 def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:

@@ -91,8 +91,8 @@ PRIVATE_STREAM_ATTRS = (
 #: classes and that every method our stream classes define under a name
 #: Tornado's classes also have is listed here: an override is never silent.
 PRIVATE_STREAM_HOOKS = (
-    "_handle_events",  # overridden (COPIED_BODIES)
-    "_handle_connect",  # called by our _handle_events
+    "_handle_events",  # overridden: wraps _dispatch_events (COPIED_BODIES)
+    "_handle_connect",  # called by our _dispatch_events
     "_signal_closed",  # extended: the core says what a pending read fails with
     "_maybe_add_error_listener",  # called once a read or write completes
     "_add_io_state",  # called to wait for READ or WRITE
@@ -115,7 +115,7 @@ PRIVATE_SSL_STREAM_HOOKS = ("_do_ssl_handshake",)
 COPIED_BODIES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("ReadIntoIOStream.close", "BaseIOStream.close", {"6.5": "fbafbe7679ac7f27", "6.6": "f954bf802f61e2f3"}),
     (
-        "ReadIntoIOStream._handle_events",
+        "ReadIntoIOStream._dispatch_events",
         "BaseIOStream._handle_events",
         {"6.5": "d36b9300501b90ab", "6.6": "313ff4262666b38a"},
     ),

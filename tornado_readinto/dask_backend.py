@@ -54,6 +54,7 @@ from .allocators import recycling_allocator
 from .errors import FramingError, HandshakeError
 from .framed import FramedStream
 from .iostream import ReadIntoIOStream
+from .switchinterval import apply_switch_interval, parse_switch_interval
 from .tcpserver import DEFAULT_TLS_HANDSHAKE_TIMEOUT, HandshakingTCPServer
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
     "convert_stream_closed_error",
     "stream_kwargs",
     "BUSY_POLL_CONFIG",
+    "SWITCH_INTERVAL_CONFIG",
+    "apply_configured_switch_interval",
 ]
 
 logger = logging.getLogger(__name__)
@@ -89,21 +92,56 @@ _NO_SPLIT = 1 << 62  # bytes
 BUSY_POLL_CONFIG: Final = "distributed.comm.readinto.busy-poll"
 
 
-def stream_kwargs() -> dict[str, Any]:
-    """The stream arguments that dask config asks for (`BUSY_POLL_CONFIG`).
+#: dask config key of the interpreter's switch interval in processes that
+#: use this backend (a timedelta such as ``"1ms"``); unset by default, and
+#: then the interpreter is left alone.  Where it is set, the first connection
+#: made or listener started through the backend applies it
+#: (`tornado_readinto.switchinterval.apply_switch_interval`: once, logged
+#: once).  A worker started by a Nanny or ``dask worker`` gets it like any
+#: dask config (``DASK_DISTRIBUTED__COMM__READINTO__SWITCH_INTERVAL=1ms``).
+SWITCH_INTERVAL_CONFIG: Final = "distributed.comm.readinto.switch-interval"
 
-    :raises ValueError: the configured value is not a duration >= 0.
+
+def _config_seconds(key: str) -> float | None:
+    """The duration at dask config ``key`` in seconds, None when unset.
+
+    :raises ValueError: the value is not a duration >= 0.
     """
-    value = dask.config.get(BUSY_POLL_CONFIG, None)
+    value = dask.config.get(key, None)
     if value is None:
-        return {}
+        return None
     try:
         seconds = parse_timedelta(value, default="seconds")
     except (ValueError, TypeError, KeyError, AttributeError):  # dask's parser raises all of these
         seconds = None
     if seconds is None or not seconds >= 0:
-        raise ValueError(f"{BUSY_POLL_CONFIG} must be a duration >= 0, got {value!r}")
-    return {"busy_poll_s": float(seconds)}
+        raise ValueError(f"{key} must be a duration >= 0, got {value!r}")
+    return float(seconds)
+
+
+def apply_configured_switch_interval() -> bool:
+    """Apply `SWITCH_INTERVAL_CONFIG` if it is set (see the key); True when
+    the interval changed now.
+
+    :raises ValueError: the value is not a duration from 50 us to 1 s.
+    """
+    seconds = parse_switch_interval(_config_seconds(SWITCH_INTERVAL_CONFIG), SWITCH_INTERVAL_CONFIG)
+    return apply_switch_interval(seconds, SWITCH_INTERVAL_CONFIG)
+
+
+def stream_kwargs() -> dict[str, Any]:
+    """The stream arguments that dask config asks for (`BUSY_POLL_CONFIG`).
+    Also applies `SWITCH_INTERVAL_CONFIG` where it is set: every connection
+    and listener of the backend asks for these first.
+
+    :raises ValueError: a configured value is not a duration >= 0 (or the
+        switch interval not one from 50 us to 1 s).
+    """
+    apply_configured_switch_interval()
+    seconds = _config_seconds(BUSY_POLL_CONFIG)
+    if seconds is None:
+        return {}
+    return {"busy_poll_s": seconds}
 
 
 #: The same over TLS: a TLS stream hands each queued frame to one

@@ -48,6 +48,7 @@ from tornado.concurrent import Future
 from tornado.log import gen_log
 
 from . import _gilheld, busypoll
+from ._eager import EagerFuture, run_callbacks
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
 from ._streamcore import CORK_MAX_NBYTES, CORKED, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, SEND, StreamCore
 from ._tornado_compat import (
@@ -108,20 +109,35 @@ _SOCKET_RECV_INTO = socket.socket.recv_into
 _SOCKET_SENDMSG = getattr(socket.socket, "sendmsg", None)
 
 
-class _ReadFuture(Future):  # type: ignore[type-arg]
-    """The Future of one read; cancelling it closes its stream."""
+class _ClosesOnCancel:
+    """Mixin of the read Futures: cancelling one closes its stream."""
 
-    __slots__ = ("_stream",)
+    __slots__ = ()
     _stream: ReadIntoIOStream | None
 
     def cancel(self, msg: Any = None) -> bool:
-        cancelled = super().cancel(msg)
+        cancelled: bool = super().cancel(msg)  # type: ignore[misc]
         if cancelled:
             stream = self._stream
-            self._stream = None
+            self._stream = None  # type: ignore[misc]  # a slot of the concrete classes
             if stream is not None:
-                stream._on_read_cancelled(self)
+                stream._on_read_cancelled(self)  # type: ignore[arg-type]
         return cancelled
+
+
+class _ReadFuture(_ClosesOnCancel, Future):  # type: ignore[type-arg]
+    """The Future of one read; cancelling it closes its stream."""
+
+    __slots__ = ("_stream",)
+
+
+class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
+    """A `_ReadFuture` whose waiter, when the readiness callback completes
+    the read, runs in the same loop turn (see `tornado_readinto._eager`):
+    made on asyncio's own loop, and on others (uvloop) in processes where
+    the GIL was ever seen contended."""
+
+    __slots__ = ("_stream",)
 
 
 def _retrieve(future: Future[Any]) -> None:
@@ -187,6 +203,10 @@ class ReadIntoIOStream(IOStream):
 
     # Plain sockets: a short recv means the kernel buffer was drained.
     _short_read_drains = True
+    # True while _handle_events runs; the read it completed and its waiters'
+    # callbacks, run as it returns (same loop turn; see tornado_readinto._eager).
+    _in_events = False
+    _woken: tuple[EagerFuture, Any] | None = None
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
     # Only for instances made without __init__ (read_from_fd's fallback).
@@ -241,6 +261,10 @@ class ReadIntoIOStream(IOStream):
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
         self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
+        # asyncio's own loop is Python: a loop turn saved by an eager wake-up
+        # saves more than the wake-up costs, contended or not (uvloop's turn
+        # is C: there only a GIL hand-off is worth it).
+        self._eager_loop = isinstance(self._loop, asyncio.BaseEventLoop)
         # The resolved Future that writes sent at once share (made on first use).
         self._sent_future: Future[None] | None = None
         if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
@@ -508,7 +532,7 @@ class ReadIntoIOStream(IOStream):
             if state is None or state == _ERROR:
                 self._maybe_add_error_listener()
             return future
-        future = _ReadFuture(loop=self._loop)
+        future = (_EagerReadFuture if self._eager_loop or _gilheld.held_until else _ReadFuture)(loop=self._loop)
         future._stream = self  # type: ignore[attr-defined]
         self._read_future = future
         core = self._core
@@ -553,7 +577,14 @@ class ReadIntoIOStream(IOStream):
         if future is not None:
             self._read_future = None
             future._stream = None  # type: ignore[attr-defined]
-            if not future.cancelled():
+            if future.cancelled():
+                pass
+            elif self._in_events and self._woken is None and isinstance(future, EagerFuture):
+                # In the readiness callback: its waiters run as it returns.
+                callbacks = future.set_result_eager(result)
+                if callbacks is not None:
+                    self._woken = (future, callbacks)
+            else:
                 future.set_result(result)
         state = self._state
         if state is None or state == _ERROR:
@@ -795,6 +826,25 @@ class ReadIntoIOStream(IOStream):
         super()._signal_closed()
 
     def _handle_events(self, fd: Any, events: int) -> None:
+        """The loop's readiness callback: `_dispatch_events`, then the
+        wake-up of the read it completed, in the same loop turn, if that read
+        is an `_EagerReadFuture` (see `_read`)."""
+        if self._in_events:  # re-entered: the outer call wakes the waiters
+            self._dispatch_events(fd, events)
+            return
+        self._in_events = True
+        try:
+            self._dispatch_events(fd, events)
+        finally:
+            self._in_events = False
+            woken = self._woken
+            if woken is not None:
+                self._woken = None
+                run_callbacks(*woken, self._loop)
+
+    def _dispatch_events(self, fd: Any, events: int) -> None:
+        """Tornado's ``_handle_events``, edited: the events of one readiness
+        callback."""
         if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
             return
@@ -827,7 +877,7 @@ class ReadIntoIOStream(IOStream):
             if self.writing():
                 state |= _WRITE
             if state != self._state:
-                assert self._state is not None, "_handle_events without self._state"
+                assert self._state is not None, "_dispatch_events without self._state"
                 self._state = state
                 self.io_loop.update_handler(self.fileno(), self._state)
         except Exception as e:
