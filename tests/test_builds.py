@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -120,3 +121,39 @@ def test_pure_build_passes_the_stream_core_and_tornado_suites():
     tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
     assert result.returncode == 0, f"the pure build failed:\n{tail}"
     assert " passed" in tail, tail
+
+
+#: What setup.py says, once, when the compiled core is not built.
+_FALLBACK = "the package will run pure Python"
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_compile_says_so_once_and_builds_nothing(tmp_path):
+    """``CC=false`` (no working compiler): ``setup.py build_ext`` succeeds,
+    prints one line, and leaves no extension module; the generated C
+    declares that the module needs the GIL (``Py_mod_gil``).  The whole
+    install from an sdist with ``CC=false`` is ``.ci/check_package.py``'s
+    (``tox -e package``)."""
+    pytest.importorskip("Cython")
+    for name in ("setup.py", "setup.cfg", "README.rst", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    ignore = shutil.ignore_patterns("*.so", "*.c", "*.html", "__pycache__")
+    shutil.copytree(ROOT / "tornado_readinto", tmp_path / "tornado_readinto", ignore=ignore)
+    env = {**_PURE_ENV, "CC": "false"}
+    del env["TORNADO_READINTO_NO_EXTENSIONS"]
+    result = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    said = [line for line in output.splitlines() if _FALLBACK in line]
+    assert len(said) == 1 and said[0].startswith("tornado_readinto: the compiled core was not built ("), output
+    assert not list((tmp_path / "tornado_readinto").glob("*.so")), output
+    for module in ("_readcore", "_streamcore"):
+        c = (tmp_path / "tornado_readinto" / f"{module}.c").read_text()
+        assert "{Py_mod_gil, __Pyx_FREETHREADING_COMPATIBLE}" in c
+        # with no CYTHON_FREETHREADING_COMPATIBLE macro (setup.py sets none),
+        # the directive's default: the GIL is used
+        block = c.split("#ifdef CYTHON_FREETHREADING_COMPATIBLE\n", 1)[1].split("\n")[:8]
+        assert block[5:8] == ["#else", "#define __Pyx_FREETHREADING_COMPATIBLE Py_MOD_GIL_USED", "#endif"], block
