@@ -19,7 +19,13 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 #: The modules compiled: the same .py, typed by the .pxd beside it.
-COMPILED_MODULES = ("tornado_readinto._readcore", "tornado_readinto._streamcore")
+COMPILED_MODULES = (
+    "tornado_readinto._readcore",
+    "tornado_readinto._streamcore",
+    "tornado_readinto.writebuffer",
+    "tornado_readinto.busypoll",
+    "tornado_readinto.framing",
+)
 
 #: Cython's directives for the core.  ``freethreading_compatible=False``
 #: declares the module as needing the GIL (``Py_mod_gil = Py_MOD_GIL_USED``):
@@ -29,6 +35,8 @@ DIRECTIVES = {
     "language_level": 3,
     "freethreading_compatible": False,
     "embedsignature": True,
+    # Annotations are for mypy: C types come from the .pxd files only.
+    "annotation_typing": False,
 }
 
 _FALLBACK = "tornado_readinto: the compiled core was not built ({}); the package will run pure Python"
@@ -65,7 +73,7 @@ def extensions() -> list:
 
     modules = [Extension(name, [name.replace(".", "/") + ".py"]) for name in COMPILED_MODULES]
     try:
-        return cythonize(modules, compiler_directives=DIRECTIVES, quiet=True)  # type: ignore[no-any-return]
+        return cythonize(modules, compiler_directives=DIRECTIVES, quiet=True, force=True)  # type: ignore[no-any-return]
     except Exception as e:  # a Cython error: never expected in a release
         print(_FALLBACK.format(f"Cython failed: {e}"), file=sys.stderr)
         return []

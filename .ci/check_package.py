@@ -179,8 +179,9 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
     compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
-    if compiled != ["_readcore", "_streamcore"] or wheel.name.endswith("-none-any.whl"):
-        raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected _readcore and _streamcore")
+    expected = sorted(["_readcore", "_streamcore", "writebuffer", "busypoll", "framing"])
+    if compiled != expected or wheel.name.endswith("-none-any.whl"):
+        raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected {expected}")
     headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]
     if ["Version", version] not in headers:
         raise SystemExit(f"wheel: METADATA version is not {version}")

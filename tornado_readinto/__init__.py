@@ -59,7 +59,7 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 
 #: The modules that have a compiled build (``setup.py`` compiles the same
 #: ``.py``, typed by the ``.pxd`` beside it).
-_COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore")
+_COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore", "writebuffer", "busypoll", "framing")
 
 #: ``TORNADO_READINTO_NO_EXTENSIONS`` (any non-empty value) was set at import:
 #: the core modules load from their ``.py`` source even where extension
