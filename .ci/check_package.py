@@ -6,15 +6,22 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
 1. ``python -m build``: the sdist, then the wheel built from the sdist (so a
    file missing from the sdist breaks the wheel build);
 2. ``twine check --strict`` on both;
-3. the sdist holds the package, ``py.typed``, README, the tests and the
-   benchmarks; the wheel holds the package and ``py.typed`` only, its
-   version is ``tornado_readinto.__version__`` and its only unconditional
-   requirement is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
-4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works, and
-   ``tornado_readinto.comm`` raises the ImportError that names the extra;
+3. the sdist holds the package, its ``.pxd`` files, ``setup.py``,
+   ``py.typed``, README, the tests and the benchmarks, and no generated C or
+   extension module; the wheel is a platform wheel that holds the package,
+   ``py.typed`` and the compiled core only, its version is
+   ``tornado_readinto.__version__`` and its only unconditional requirement
+   is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
+4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works and
+   runs the compiled core (``COMPILED``), and ``tornado_readinto.comm``
+   raises the ImportError that names the extra;
 5. the same venv gets ``distributed``: it finds the ``readinto`` and
    ``readinto-tls`` backends through the entry point, and a ``readinto://``
-   message goes through.
+   message goes through;
+6. another fresh venv installs the sdist with no working C compiler
+   (``CC=false``): the install succeeds, says once that the package will run
+   pure Python, and the package runs pure (``COMPILED`` is False) and
+   exchanges a framed message.
 
 Needs a package index for Tornado and distributed (pip's usual settings).
 Exits non-zero with the failing step on stderr.
@@ -41,6 +48,7 @@ WHEEL_ALONE = """
 import sys, tornado_readinto
 assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
 assert tornado_readinto.__version__ == {version!r}, tornado_readinto.__version__
+assert tornado_readinto.COMPILED, "the wheel's compiled core did not import"
 from tornado_readinto import FramedStream, ReadIntoIOStream  # no msgpack needed
 try:
     import msgpack
@@ -93,13 +101,41 @@ print("entry point and readinto:// exchange: ok", backends)
 )
 
 
+#: Checked in the venv that installed the sdist with ``CC=false``.
+SDIST_PURE = """
+import asyncio, socket, sys
+import tornado_readinto
+from tornado_readinto import FramedStream, ReadIntoIOStream
+assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
+assert tornado_readinto.COMPILED is False, "an extension module was installed with CC=false"
+
+async def main():
+    a, b = socket.socketpair()
+    left, right = FramedStream(ReadIntoIOStream(a)), FramedStream(ReadIntoIOStream(b))
+    await left.write_frames([b"ping", b"x" * 100_000])
+    frames = await right.read_frames()
+    assert [bytes(f) for f in frames] == [b"ping", b"x" * 100_000]
+
+asyncio.run(main())
+print("sdist with no compiler: pure, ok")
+"""
+
+#: The line setup.py prints when the compiled core is not built.
+FALLBACK_LINE = "the package will run pure Python"
+
+
 def step(title: str) -> None:
     print(f"--- {title}", flush=True)
 
 
-def run(cmd: list[str], cwd: pathlib.Path) -> None:
+def run(cmd: list[str], cwd: pathlib.Path, capture: bool = False, **env_extra: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH")}
-    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+    env.pop("TORNADO_READINTO_NO_EXTENSIONS", None)
+    env.update(env_extra)
+    result = subprocess.run(cmd, cwd=cwd, env=env, check=not capture, capture_output=capture, text=True)
+    if capture and result.returncode:
+        raise SystemExit(f"{cmd} failed:\n{result.stdout}{result.stderr}")
+    return (result.stdout or "") + (result.stderr or "") if capture else ""
 
 
 def source_version() -> str:
@@ -127,8 +163,12 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "tests_bench/test_bench_harness.py",
         "benchmarks/__init__.py",
     ]
+    wanted += ["setup.py", "tornado_readinto/_readcore.pxd", "tornado_readinto/_streamcore.pxd"]
     missing = [name for name in wanted if name not in names]
-    junk = sorted(name for name in names if "__pycache__" in name or name.endswith(".pyc"))
+    junk = sorted(
+        name for name in names if "__pycache__" in name or name.endswith((".pyc", ".so", ".pyd"))
+        or (name.startswith("tornado_readinto/") and name.endswith(".c"))
+    )
     if missing or junk:
         raise SystemExit(f"sdist: missing {missing}, junk {junk}")
     with zipfile.ZipFile(wheel) as whl:
@@ -138,6 +178,10 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     outside = sorted({f.split("/")[0] for f in files} - {"tornado_readinto", f"tornado_readinto-{version}.dist-info"})
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
+    compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
+    expected = sorted(["_readcore", "_streamcore", "writebuffer", "busypoll", "framing"])
+    if compiled != expected or wheel.name.endswith("-none-any.whl"):
+        raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected {expected}")
     headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]
     if ["Version", version] not in headers:
         raise SystemExit(f"wheel: METADATA version is not {version}")
@@ -178,6 +222,17 @@ def main() -> None:
         step("fresh venv: + distributed")
         run([python, "-m", "pip", "install", "-q", "distributed"], cwd=tmp)
         run([python, "-c", WITH_DISTRIBUTED], cwd=tmp)
+        step("fresh venv: the sdist with no C compiler (CC=false)")
+        env_dir = tmp / "venv-pure"
+        venv.create(env_dir, with_pip=True)
+        python = str(env_dir / ("Scripts" if os.name == "nt" else "bin") / "python")
+        install = [python, "-m", "pip", "install", "-v", "--no-cache-dir", str(sdist)]
+        log = run(install, cwd=tmp, capture=True, CC="false")
+        said = [line for line in log.splitlines() if FALLBACK_LINE in line]
+        if len(said) != 1:
+            raise SystemExit(f"sdist with CC=false: the fallback was said {len(said)} times, not once:\n{said}")
+        print(said[0].strip())
+        run([python, "-c", SDIST_PURE], cwd=tmp)
     finally:
         if args.keep:
             print(f"kept {tmp}")

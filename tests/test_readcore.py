@@ -30,6 +30,8 @@ from tornado_readinto.errors import BufferBusyError, FrameTooLargeError, Framing
 from tornado_readinto.framing import FrameReader, frames_nbytes, pack_header
 from tornado_readinto.testing import buffer_address
 
+from ._builds import source_path
+
 #: Fill byte of read_into buffers; no test stream contains it, so a byte
 #: written past what a read reports shows up.
 GUARD = 0xFF
@@ -900,8 +902,7 @@ def test_readcore_views_are_released() -> None:
 
 def test_readcore_module_is_pure() -> None:
     """The core imports no socket, selector or event loop."""
-    with open(_readcore.__file__) as f:
-        tree = ast.parse(f.read())
+    tree = ast.parse(source_path(_readcore).read_text())
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

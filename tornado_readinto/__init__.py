@@ -2,11 +2,23 @@
 
 The names below are imported lazily (PEP 562), so that ``import
 tornado_readinto.framing`` (a pure codec) does not pull in Tornado.
+
+Two builds of the stream's core: compiled (Cython extension modules built
+from the same ``.py`` files, the default where the install could compile
+them) and pure Python (the reference).  ``TORNADO_READINTO_NO_EXTENSIONS=1``
+in the environment selects pure Python at import; `COMPILED` says which
+build runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -43,9 +55,50 @@ _EXPORTS = {
     "installed": "installation",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
+
+#: The modules that have a compiled build (``setup.py`` compiles the same
+#: ``.py``, typed by the ``.pxd`` beside it).
+_COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore", "writebuffer", "busypoll", "framing")
+
+#: ``TORNADO_READINTO_NO_EXTENSIONS`` (any non-empty value) was set at import:
+#: the core modules load from their ``.py`` source even where extension
+#: modules of the same names are installed.
+NO_EXTENSIONS: bool = bool(os.environ.get("TORNADO_READINTO_NO_EXTENSIONS"))
+
+
+class _PureSourceFinder:
+    """A meta-path finder that loads the compiled modules from their ``.py``
+    source.  A compiled module has the same name as its ``.py`` and the
+    extension wins the usual import, so the pure build needs this finder,
+    installed ahead of the others when ``NO_EXTENSIONS`` is set."""
+
+    _names = frozenset(f"{__name__}.{name}" for name in _COMPILED_MODULES)
+
+    @classmethod
+    def find_spec(
+        cls, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in cls._names:
+            return None
+        source = os.path.join(os.path.dirname(__file__), fullname.rpartition(".")[2] + ".py")
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+if NO_EXTENSIONS and _PureSourceFinder not in sys.meta_path:
+    sys.meta_path.insert(0, _PureSourceFinder)  # type: ignore[arg-type]
+
+
+def _compiled() -> bool:
+    """Whether the compiled core runs: every module of `_COMPILED_MODULES`
+    was loaded from an extension module."""
+    modules = [importlib.import_module(f".{name}", __name__) for name in _COMPILED_MODULES]
+    return all(isinstance(module.__spec__.loader, importlib.machinery.ExtensionFileLoader) for module in modules)  # type: ignore[union-attr]
 
 if TYPE_CHECKING:  # pragma: no cover
+    #: True when the compiled core runs, False for the pure-Python build
+    #: (no extension modules installed, or ``TORNADO_READINTO_NO_EXTENSIONS``).
+    COMPILED: bool
     from .comm import Comm, connect, listen  # noqa: F401
     from .errors import (  # noqa: F401
         BufferBusyError,
@@ -67,6 +120,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
+    if name == "COMPILED":
+        # Lazy too: the core imports Tornado.
+        compiled = globals()["COMPILED"] = _compiled()
+        return compiled
     try:
         module = _EXPORTS[name]
     except KeyError:
