@@ -25,7 +25,8 @@ import pytest
 from tornado.iostream import StreamClosedError
 
 from benchmarks.impls import IMPLS, availability
-from benchmarks.impls._async import prepare_socket, run_loop
+from benchmarks.impls._async import run_loop
+from benchmarks.opcodes import _tcp_pair
 from benchmarks.spike import SpikeBuildError, compiled_module, pure_module
 from tests_bench.test_bench_anchors import _echo_case
 from tornado_readinto.errors import BufferBusyError, IncompleteReadError
@@ -56,15 +57,6 @@ def core(request: pytest.FixtureRequest) -> ModuleType:
 def loop_name(request: pytest.FixtureRequest) -> str:
     pytest.importorskip(request.param)
     return str(request.param)
-
-
-def _tcp_pair() -> tuple[socket.socket, socket.socket]:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    prepare_socket(server)
-    prepare_socket(client)
-    return server, client
 
 
 async def _turns(n: int = 5) -> None:
