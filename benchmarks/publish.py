@@ -270,6 +270,9 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for loop in ("asyncio", "uvloop")},
     **{f"spike.{server}.{loop}.x-streams": load_ratio("load-spike.json", server, loop, "asyncio-streams")
        for server in ("spike-compiled", "readinto") for loop in ("asyncio", "uvloop")},
+    **{f"build.{build}.readinto.{loop}.x-streams": load_ratio(f"load-{build}.json", "readinto", loop,
+                                                              "asyncio-streams")
+       for build in ("compiled", "pure") for loop in ("asyncio", "uvloop")},
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
@@ -648,6 +651,9 @@ QUOTES: list[Quote] = [
                                   "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
                                   "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
+    Quote("docs/performance.rst", "costs {build.compiled.readinto.uvloop.x-streams:spread} uvloop Streams' CPU per "
+                                  "message, against {build.pure.readinto.uvloop.x-streams:spread} for the pure-Python "
+                                  "build"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
