@@ -205,3 +205,16 @@ def gil_holding_thread():
             sum(range(1000))
 
     return thread_until_stopped(spin)
+
+
+def inject_cpu_limits(monkeypatch, affinity=2, v2=None, v1=None, count=2):
+    """Make `tornado_readinto._cpus` read these CPU limits (affinity, cgroup
+    v2 and v1 quotas in CPUs, cpu_count; None: not known) and forget what it
+    had cached; the caller clears the cache again when done."""
+    from tornado_readinto import _cpus
+
+    monkeypatch.setattr(_cpus, "affinity_cpus", lambda: affinity)
+    monkeypatch.setattr(_cpus, "cgroup_v2_cpus", lambda: v2)
+    monkeypatch.setattr(_cpus, "cgroup_v1_cpus", lambda: v1)
+    monkeypatch.setattr(_cpus.os, "cpu_count", lambda: count)
+    _cpus.usable_cpus.cache_clear()

@@ -4,6 +4,7 @@ on uvloop.  These check what happens (spins, hits, ticks, when the spinner stops
 never how fast: the clock they read is explicit."""
 
 import asyncio
+import functools
 import os
 import socket
 import threading
@@ -21,7 +22,7 @@ from tornado_readinto.busypoll import (
 )
 from tornado_readinto.testing import stream_pair
 
-from .conftest import gil_holding_thread, run
+from .conftest import gil_holding_thread, inject_cpu_limits, run
 
 B = 1e-3  # the base budget of the policy tests, seconds
 
@@ -446,14 +447,7 @@ def limits(monkeypatch):
     again afterwards."""
     from tornado_readinto import _cpus
 
-    def inject(affinity=2, v2=None, v1=None, count=2):
-        monkeypatch.setattr(_cpus, "affinity_cpus", lambda: affinity)
-        monkeypatch.setattr(_cpus, "cgroup_v2_cpus", lambda: v2)
-        monkeypatch.setattr(_cpus, "cgroup_v1_cpus", lambda: v1)
-        monkeypatch.setattr(_cpus.os, "cpu_count", lambda: count)
-        _cpus.usable_cpus.cache_clear()
-
-    yield inject
+    yield functools.partial(inject_cpu_limits, monkeypatch)
     _cpus.usable_cpus.cache_clear()
 
 

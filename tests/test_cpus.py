@@ -8,6 +8,8 @@ import pytest
 
 from tornado_readinto import _cpus
 
+from .conftest import inject_cpu_limits as patch_limits
+
 
 def write(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,13 +111,6 @@ def test_cgroup_v1_inside_a_namespace_reads_the_mount_root(tmp_path):
 
 
 # -- the verdict ----------------------------------------------------------------
-
-
-def patch_limits(monkeypatch, affinity=2, v2=None, v1=None, count=2):
-    monkeypatch.setattr(_cpus, "affinity_cpus", lambda: affinity)
-    monkeypatch.setattr(_cpus, "cgroup_v2_cpus", lambda: v2)
-    monkeypatch.setattr(_cpus, "cgroup_v1_cpus", lambda: v1)
-    monkeypatch.setattr(os, "cpu_count", lambda: count)
 
 
 @pytest.mark.parametrize(
