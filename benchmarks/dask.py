@@ -62,6 +62,9 @@ class Metric:
     label: str  # the table's metric column
     higher_is_better: bool
     fmt: Callable[[float | None], str]
+    #: Compared with the baseline by a difference, not a ratio: a delay
+    #: that can be zero or negative (the heartbeat's lateness).
+    by_difference: bool = False
 
 
 #: Table row (``DaskResult.workload``) -> what one repetition reports.  Most
@@ -126,7 +129,7 @@ class DaskResult(h.Repeated):
 def ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None:
     """How much faster ``result`` is than its baseline, same workload: the
     ratio of the medians for a rate, its inverse for a time (>1: faster)."""
-    if result.is_baseline:
+    if result.is_baseline or result.metric.by_difference:
         return None
     theirs = h.find_baseline(
         results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
@@ -587,6 +590,25 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
     return results
 
 
+def difference(results: Sequence[DaskResult], result: DaskResult) -> float | None:
+    """``result``'s median minus its baseline's, for a metric compared by
+    difference (`Metric.by_difference`); None otherwise."""
+    if result.is_baseline or not result.metric.by_difference or not result.ok:
+        return None
+    theirs = h.find_baseline(
+        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
+    )
+    if theirs is None or not theirs.ok:
+        return None
+    mine, base = result.median("value"), theirs.median("value")
+    return None if mine is None or base is None else mine - base
+
+
+def _difference_cell(results: Sequence[DaskResult], r: DaskResult) -> str:
+    d = difference(results, r)
+    return "" if d is None else ("+" if d >= 0 else "-") + r.metric.fmt(abs(d))
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -613,6 +635,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         h.field("metric", lambda r: r.metric.label),
         h.Column("median (min-max)", lambda results, r: h.format_spread(r.values("value"), r.metric.fmt)),
         h.Column("switches/RPC", lambda results, r: _switches_cell(r)),
+        h.Column("- baseline", _difference_cell),
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -703,7 +726,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         return (
             f"median (min-max) over {repeats}, protocols alternating; x baseline: readinto's median over"
             " tcp's (tls's for readinto-tls)\nin the same workload, inverted for times, so >1 means readinto"
-            " is faster."
+            " is faster.\n- baseline: for the heartbeat delay, which can be zero or negative, readinto's median minus"
+            " its baseline's instead of a ratio."
         )
 
     def label(self, r: DaskResult) -> str:
@@ -716,7 +740,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         return r.workload
 
     def describe(self, r: DaskResult) -> dict[str, Any]:
-        return {"metric": r.metric.label, "higher_is_better": r.metric.higher_is_better}
+        return {"metric": r.metric.label, "higher_is_better": r.metric.higher_is_better,
+                "compared_by": "difference" if r.metric.by_difference else "ratio"}  # fmt: skip
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         import dask

@@ -308,10 +308,12 @@ def parse_interval(text: str) -> float:
     return float(seconds)
 
 
-METRICS_BY_ROW: dict[str, tuple[str, bool, Callable[[float | None], str]]] = {
+#: Row -> `benchmarks.dask.Metric` fields.  The heartbeat's lateness can be
+#: zero or negative, so it is compared by difference, not by ratio.
+METRICS_BY_ROW: dict[str, tuple[Any, ...]] = {
     "busy-worker-rpc": ("RPC/s", True, h.format_rate),
     "busy-worker-fetch": ("s per fetch", False, h.format_seconds),
     "busy-worker-task": ("rounds/s", True, h.format_rate),
     "busy-worker-latency": ("s per task", False, h.format_seconds),
-    "busy-worker-heartbeat": ("s late", False, h.format_seconds),
+    "busy-worker-heartbeat": ("s late", False, h.format_seconds, True),
 }
