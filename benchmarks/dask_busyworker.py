@@ -221,6 +221,13 @@ def rep_busy_worker(
 GB = 1e9  # bytes
 
 
+def _signed(seconds: float | None) -> str:
+    """A delay that may be negative: "+1.2ms", "-2.07ms"."""
+    if seconds is None:
+        return h.format_seconds(None)
+    return ("-" if seconds < 0 else "+") + h.format_seconds(abs(seconds))
+
+
 def run_busy_worker(
     protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
 ) -> list[Any]:
@@ -253,7 +260,7 @@ def run_busy_worker(
                 f"{h.format_rate(rpc['value'])} RPC/s ({rpc['switches_per_rpc']:.1f} switches/RPC),"
                 f" fetch {h.format_seconds(measured['busy-worker-fetch']['value'])},"
                 f" latency {h.format_seconds(measured['busy-worker-latency']['value'])},"
-                f" heartbeat +{h.format_seconds(measured['busy-worker-heartbeat']['value'])}"
+                f" heartbeat {_signed(measured['busy-worker-heartbeat']['value'])}"
             )
 
         def fail(i: int, why: str, rows: list[str] = rows, results: dict[Any, Any] = results) -> None:
