@@ -418,6 +418,45 @@ def dask_busy_table(res: Results) -> str:
             + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
 
 
+
+#: The switch-interval run of the busy-worker workload.
+SWITCH_FILE = "dask-switch-interval.json"
+
+
+def switch_interval_table(res: Results) -> str:
+    """Per task shape and switch interval: busy RPCs/s of both protocols,
+    readinto's against tcp's at the same interval and at 5 ms, the fetch,
+    and each protocol's busy-task throughput against its own at 5 ms."""
+    file = SWITCH_FILE
+    data = res.json(file)
+
+    def entry(row: str, shape: str, label: str, protocol: str) -> dict[str, Any]:
+        return pick(data, workload=f"{row}[{shape}@{label}]", protocol=protocol)
+
+    def x(mine: dict[str, Any], base: dict[str, Any], lower_is_better: bool = False) -> str:
+        return ratio(mine, base, "value", file, lower_is_better=lower_is_better).with_spread
+
+    labels = [f"{s * 1e3:g}ms" if s >= 1e-3 else f"{s * 1e6:g}us" for s in data["meta"]["switch_intervals"]]
+    default = "5ms"
+    rows = []
+    for shape in data["meta"]["busy_shapes"]:
+        for label in labels:
+            tcp, mine = (entry("busy-worker-rpc", shape, label, p) for p in ("tcp", "readinto"))
+            tcp5 = entry("busy-worker-rpc", shape, default, "tcp")
+            fetch_tcp, fetch = (entry("busy-worker-fetch", shape, label, p) for p in ("tcp", "readinto"))
+            tasks = [
+                ratio(entry("busy-worker-task", shape, label, p), entry("busy-worker-task", shape, default, p),
+                      "value", file).text
+                for p in ("tcp", "readinto")
+            ]
+            rows.append((shape, label.replace("us", " µs").replace("ms", " ms"),
+                         measured(tcp, "value", file, "").with_spread, measured(mine, "value", file, "").with_spread,
+                         x(mine, tcp), x(mine, tcp5), x(fetch, fetch_tcp, lower_is_better=True),
+                         " / ".join(tasks)))
+    return (simple_table(("shape", "interval", "``tcp://`` RPC/s", "``readinto://`` RPC/s", "x tcp, same interval",
+                          "x tcp at 5 ms", "fetch x tcp", "tasks x 5 ms (tcp / readinto)"), rows)
+            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+
 def http_table(res: Results) -> str:
     labels = {"hello": "hello-world GET, 32 connections", "post": "256 MiB POST",
               "put": "streaming 256 MiB PUT", "download": "8 MiB GET response"}
@@ -528,6 +567,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "headline.rst": lambda res: headline_table(res) + "\n" + headline_sources(res) + "\n",
     "dask.rst": dask_table,
     "dask-busy.rst": dask_busy_table,
+    "dask-switch-interval.rst": switch_interval_table,
     "http.rst": http_table,
     "load.rst": load_table,
     "stock.rst": stock_table,
