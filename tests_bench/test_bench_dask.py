@@ -53,6 +53,8 @@ def results() -> list[DaskResult]:
         make_result("busy-worker-rpc", "readinto", "tcp", [100, 80, 120]),
         make_result("busy-worker-fetch", "tcp", "tcp", [0.3, 0.2, 0.4]),
         make_result("busy-worker-fetch", "readinto", "tcp", [0.1, 0.2, 0.05]),
+        make_result("busy-worker-heartbeat", "tcp", "tcp", [0.004, -0.002, 0.010]),
+        make_result("busy-worker-heartbeat", "readinto", "tcp", [-0.003, 0.001, -0.001]),
     ]
 
 
@@ -78,7 +80,9 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
     lines = text.splitlines()
     assert "over 5 repeats" in lines[0]
     header = next(line for line in lines if line.startswith("workload"))
-    assert header.split() == ["workload", "protocol", "metric", "median", "(min-max)", "switches/RPC", "x", "baseline"]
+    assert header.split() == [
+        "workload", "protocol", "metric", "median", "(min-max)", "switches/RPC", "-", "baseline", "x", "baseline"
+    ]  # fmt: skip
     rpc = next(line for line in lines if line.startswith("rpc") and "readinto" in line)
     assert rpc.split() == ["rpc", "readinto", "RPC/s", "1.5k", "(1.4k-1.6k)", "1.50x"]
     rpc_tcp = next(line for line in lines if line.startswith("rpc") and " tcp " in line)
@@ -98,6 +102,9 @@ def test_bench_dask_format_table(results: list[DaskResult]) -> None:
     fetch = next(line for line in lines if line.startswith("busy-worker-fetch") and "readinto" in line)
     assert fetch.split() == ["busy-worker-fetch", "readinto", "s", "per", "fetch", "100ms", "(50ms-200ms)", "3.00x"]
     assert sum("shuffle" in line for line in lines) == 1  # listed once, not as rows
+    # a delay that can be negative: readinto's median minus tcp's (-1ms - 4ms), never a ratio
+    heartbeat = next(line for line in lines if line.startswith("busy-worker-heartbeat") and "readinto" in line)
+    assert heartbeat.split()[-2:] == ["-5ms", "-"]
     # a blank line between workloads, none inside one
     i = lines.index(rpc)
     assert lines[i - 1].startswith("rpc") or lines[i + 1].startswith("rpc")
