@@ -91,11 +91,11 @@ PRIVATE_STREAM_ATTRS = (
 #: classes and that every method our stream classes define under a name
 #: Tornado's classes also have is listed here: an override is never silent.
 PRIVATE_STREAM_HOOKS = (
-    "_handle_events",  # overridden: wraps _dispatch_events (COPIED_BODIES)
+    "_handle_events",  # overridden: wraps _dispatch_events (COPIED_BODIES); WRITE events come here
     "_handle_connect",  # called by our _dispatch_events
     "_signal_closed",  # extended: the core says what a pending read fails with
     "_maybe_add_error_listener",  # called once a read or write completes
-    "_add_io_state",  # called to wait for READ or WRITE
+    "_add_io_state",  # extended: a READ it registers goes to our own reader (_read_ready)
     "_is_connreset",  # asked by the error policy and close
     "close_fd",  # called by our close
     "read_from_fd",  # a property: the core receives through it when replaced
@@ -116,6 +116,11 @@ COPIED_BODIES: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("ReadIntoIOStream.close", "BaseIOStream.close", {"6.5": "fbafbe7679ac7f27", "6.6": "f954bf802f61e2f3"}),
     (
         "ReadIntoIOStream._dispatch_events",
+        "BaseIOStream._handle_events",
+        {"6.5": "d36b9300501b90ab", "6.6": "313ff4262666b38a"},
+    ),
+    (
+        "ReadIntoIOStream._read_ready",  # its READ-only case, called by the asyncio loop directly
         "BaseIOStream._handle_events",
         {"6.5": "d36b9300501b90ab", "6.6": "313ff4262666b38a"},
     ),

@@ -20,6 +20,11 @@ Strategy:
   reused; ``read_into(buf)`` receives the bytes not read ahead straight into
   ``buf``.  READ interest stays registered while the read-ahead buffer has
   room, so consecutive reads cost no ``epoll_ctl``.
+* A READ event is one Python call of the stream before the receive
+  (`ReadIntoIOStream._read_ready`, the fd's reader on the asyncio loop):
+  Tornado's ``IOLoop`` keeps the books of the registration, but its reader
+  is replaced through the public ``add_reader``.  WRITE events go through
+  Tornado's dispatch as stock.
 * Before a pending read parks, its stream may ask the event loop to keep
   polling instead of blocking (see `tornado_readinto.busypoll`); the stream
   never spins inside its own callback.
@@ -46,6 +51,7 @@ from typing import Any, Callable, Union
 from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
+from tornado.platform.asyncio import BaseAsyncIOLoop
 
 from . import _gilheld, busypoll
 from ._eager import EagerFuture, run_callbacks
@@ -107,6 +113,37 @@ BytesLike = Union[bytes, bytearray, memoryview]
 # A real socket's own C methods (see own_socket_io).
 _SOCKET_RECV_INTO = socket.socket.recv_into
 _SOCKET_SENDMSG = getattr(socket.socket, "sendmsg", None)
+
+# The IOLoop methods whose bookkeeping the direct READ callback relies on.
+_REGISTRATION = ("add_handler", "update_handler", "remove_handler")
+# Windows' proactor loop has no add_reader: Tornado polls on a thread of its own there.
+_PROACTOR: Any = getattr(asyncio, "ProactorEventLoop", None)
+
+
+def direct_read_loop(io_loop: ioloop.IOLoop) -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop with which a stream of ``io_loop`` registers its
+    READ callback itself (`ReadIntoIOStream._read_ready`, through the public
+    ``add_reader``), or None: the stream keeps Tornado's dispatch.
+
+    What the direct callback relies on is how Tornado's ``BaseAsyncIOLoop``
+    keeps its books (the same in Tornado 6.5 and 6.6): ``add_handler`` and
+    ``update_handler`` call ``add_reader(fd, ...)`` only for an fd not in
+    its ``readers`` set, and ``update_handler`` and ``remove_handler`` (so
+    ``IOLoop.close``) call ``remove_reader(fd)``, which removes whichever
+    reader the fd has.  So: an IOLoop of that class whose registration
+    methods are Tornado's own, over a loop on which Tornado registers
+    readers itself (not Windows' proactor loop).
+    """
+    if not isinstance(io_loop, BaseAsyncIOLoop):
+        return None
+    cls = type(io_loop)
+    for name in _REGISTRATION:
+        if getattr(cls, name) is not getattr(BaseAsyncIOLoop, name):
+            return None
+    loop = io_loop.asyncio_loop
+    if _PROACTOR is not None and isinstance(loop, _PROACTOR):
+        return None
+    return loop
 
 
 class _ClosesOnCancel:
@@ -181,6 +218,8 @@ class ReadIntoIOStream(IOStream):
       ``nbytes``, not counted against ``max_buffer_size``;
     * no speculative ``recv`` that is known to fail with EAGAIN, and no
       ``epoll_ctl`` churn between consecutive reads;
+    * a READ event reaches the stream in one Python call (the asyncio loop
+      calls its reader directly) instead of three;
     * on a plain socket, while other threads are seen to hold the GIL,
       ``recv``/``writev`` calls that keep the GIL instead of the ``socket``
       methods, whose every GIL release can cost a switch-interval hand-off
@@ -211,6 +250,10 @@ class ReadIntoIOStream(IOStream):
     _gather = True
     # Only for instances made without __init__ (read_from_fd's fallback).
     _core: StreamCore = None  # type: ignore[assignment]
+    # The loop with which READ goes to _read_ready directly (None: Tornado's
+    # dispatch).  None until __init__ decides: Tornado's __init__ registers
+    # WRITE at most (SSLIOStream's handshake).
+    _read_loop: asyncio.AbstractEventLoop | None = None
 
     def __init__(
         self,
@@ -265,6 +308,7 @@ class ReadIntoIOStream(IOStream):
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
         self._eager_loop = isinstance(self._loop, asyncio.BaseEventLoop)
+        self._read_loop = direct_read_loop(self.io_loop)
         # The resolved Future that writes sent at once share (made on first use).
         self._sent_future: Future[None] | None = None
         if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
@@ -826,9 +870,12 @@ class ReadIntoIOStream(IOStream):
         super()._signal_closed()
 
     def _handle_events(self, fd: Any, events: int) -> None:
-        """The loop's readiness callback: `_dispatch_events`, then the
-        wake-up of the read it completed, in the same loop turn, if that read
-        is an `_EagerReadFuture` (see `_read`)."""
+        """The readiness callback that Tornado registers (through
+        ``AsyncIOLoop._handle_events``): `_dispatch_events`, then the wake-up
+        of the read it completed, in the same loop turn, if that read is an
+        `_EagerReadFuture` (see `_read`).  WRITE events come here; READ
+        events only where the stream keeps Tornado's dispatch
+        (`direct_read_loop`), or while it connects (see `_read_ready`)."""
         if self._in_events:  # re-entered: the outer call wakes the waiters
             self._dispatch_events(fd, events)
             return
@@ -842,9 +889,43 @@ class ReadIntoIOStream(IOStream):
                 self._woken = None
                 run_callbacks(*woken, self._loop)
 
+    def _read_ready(self) -> None:
+        """The READ callback that the asyncio loop calls directly: what
+        ``_handle_events(fd, READ)`` does, one Python frame instead of three
+        (Tornado's ``AsyncIOLoop._handle_events``, `_handle_events`,
+        `_dispatch_events`) before `_readable`.
+
+        Registered with the public ``add_reader`` in place of the reader
+        Tornado just registered for READ (`_add_io_state`, `_update_state`):
+        Tornado's books (``IOLoop.handlers``, its ``readers`` set) stay as
+        they are, and its ``update_handler``/``remove_handler`` remove this
+        reader as they would have removed theirs.  A stream that is
+        connecting, closed, or inside a readiness callback already goes the
+        general way (`_handle_events`).
+        """
+        if self._in_events or self._closed or self._connecting:
+            self._handle_events(self.socket, _READ)
+            return
+        self._in_events = True
+        try:
+            core = self._core
+            core.readable()
+            self._readable()
+            if not self._closed and self._read_future is None and core.buffered_nbytes >= core.read_chunk_size:
+                self._update_state()  # the read-ahead is full: READ goes
+        except Exception as e:
+            if self._fail(e, "events"):
+                raise
+        finally:
+            self._in_events = False
+            woken = self._woken
+            if woken is not None:
+                self._woken = None
+                run_callbacks(*woken, self._loop)
+
     def _dispatch_events(self, fd: Any, events: int) -> None:
         """Tornado's ``_handle_events``, edited: the events of one readiness
-        callback."""
+        callback (`_read_ready` is its READ-only case)."""
         if self._closed:
             gen_log.warning("Got events for closed stream %s", fd)
             return
@@ -869,20 +950,48 @@ class ReadIntoIOStream(IOStream):
                 self.error = self.get_fd_error()
                 self.io_loop.add_callback(self.close)
                 return
-            state = _ERROR
-            # Unlike stock, keep READ while the read-ahead buffer has room, so
-            # consecutive reads on a busy stream cost no epoll_ctl.
-            if self.reading() or core.buffered_nbytes < core.read_chunk_size:
-                state |= _READ
-            if self.writing():
-                state |= _WRITE
-            if state != self._state:
-                assert self._state is not None, "_dispatch_events without self._state"
-                self._state = state
-                self.io_loop.update_handler(self.fileno(), self._state)
+            self._update_state()
         except Exception as e:
             if self._fail(e, "events"):
                 raise
+
+    def _update_state(self) -> None:
+        """Register with the IOLoop what the stream waits for now (the end of
+        Tornado's ``_handle_events``)."""
+        core = self._core
+        state = _ERROR
+        # Unlike stock, keep READ while the read-ahead buffer has room, so
+        # consecutive reads on a busy stream cost no epoll_ctl.
+        if self.reading() or core.buffered_nbytes < core.read_chunk_size:
+            state |= _READ
+        if self.writing():
+            state |= _WRITE
+        before = self._state
+        if state != before:
+            assert before is not None, "_update_state without self._state"
+            self._state = state
+            self.io_loop.update_handler(self.fileno(), state)
+            if state & _READ and not before & _READ:
+                self._read_directly()
+
+    def _add_io_state(self, state: int) -> None:
+        """Tornado's: add ``state`` to what the IOLoop watches
+        (``add_handler`` or ``update_handler``: the IOLoop's books).  When
+        that registered READ, `_read_ready` becomes the fd's reader."""
+        before = self._state
+        super()._add_io_state(state)
+        after = self._state
+        if after is not None and after & _READ and (before is None or not before & _READ):
+            self._read_directly()
+
+    def _read_directly(self) -> None:
+        """Replace the reader that Tornado just registered for the stream's
+        fd with `_read_ready` (the public ``add_reader`` replaces a reader;
+        no syscall on asyncio's loop or uvloop: the fd was reading already).
+        Nothing on a stream that keeps Tornado's dispatch."""
+        loop = self._read_loop
+        if loop is not None:
+            loop.add_reader(self.socket.fileno(), self._read_ready)
 
     # -- TLS -------------------------------------------------------------------
 
