@@ -98,6 +98,32 @@ def test_recv_into_lands_in_the_view_and_raises_as_the_socket_method_does(pair):
     assert _gilheld.recv_into(b.fileno(), memoryview(rest)) == 0  # EOF
 
 
+def test_recv_into_fills_a_typed_view_by_its_size_in_bytes(pair):
+    """As ``socket.recv_into`` does: a view of 3 float64 takes 24 bytes, a
+    2x3 array 6, not ``len()`` of either."""
+    a, b = pair
+    a.send(bytes(range(40)))
+    floats = np.zeros(3, dtype="f8")
+    assert _gilheld.recv_into(b.fileno(), memoryview(floats)) == 24
+    assert floats.tobytes() == bytes(range(24))
+    grid = np.zeros((2, 3), dtype=np.uint8)
+    assert _gilheld.recv_into(b.fileno(), memoryview(grid)) == 6
+    assert grid.tobytes() == bytes(range(24, 30))
+    assert _gilheld.recv_into(b.fileno(), bytearray(100)) == 10  # not only memoryviews
+
+
+def test_recv_into_rejects_what_it_cannot_fill(pair):
+    a, b = pair
+    a.send(b"x")
+    with pytest.raises(TypeError):
+        _gilheld.recv_into(b.fileno(), memoryview(b"read-only"))
+    with pytest.raises(TypeError):
+        _gilheld.recv_into(b.fileno(), memoryview(bytearray(10))[::2])
+    with pytest.raises(ValueError):
+        _gilheld.recv_into(b.fileno(), memoryview(bytearray()))
+    assert b.recv(10) == b"x"  # nothing was received
+
+
 def test_recv_into_reports_a_reset_connection():
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())

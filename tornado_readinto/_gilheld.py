@@ -161,16 +161,22 @@ def _call(func: Any, *args: Any) -> int:
 
 
 def recv_into(fd: int, view: bytearray | memoryview) -> int:
-    """``recv(fd, view, len(view), 0)`` without releasing the GIL; the socket
+    """``recv(fd, view, nbytes, 0)`` without releasing the GIL; the socket
     must be non-blocking and ``view`` writable, C-contiguous and not empty.
+    Like ``socket.recv_into``, it fills up to the view's size in bytes
+    (``nbytes``), whatever its item size.
 
     Returns the byte count (0 at EOF).
     :raises BlockingIOError: nothing to receive (EAGAIN).
     :raises OSError: any other error, with its ``errno``.
+    :raises TypeError: ``view`` is read-only or not C-contiguous.
+    :raises ValueError: ``view`` is empty.
     """
+    if type(view) is not memoryview:
+        view = memoryview(view)
     target = _from_buffer(view)  # exports the buffer until deleted
     try:
-        return _call(_c_recv, fd, _addressof(target), len(view), 0)
+        return _call(_c_recv, fd, _addressof(target), view.nbytes, 0)
     finally:
         del target
 
