@@ -8,6 +8,7 @@ clock) and once with a real thread running Python, by what happened:
 which calls carried the bytes, never how fast."""
 
 import asyncio
+import errno
 import math
 import socket
 import struct
@@ -164,6 +165,25 @@ def test_writev_rejects_a_non_contiguous_buffer_and_releases_what_it_exported(pa
     first += b"!"  # not left exported by the failed call
     with pytest.raises(BlockingIOError):
         b.recv(10)  # nothing was sent
+
+
+def test_an_error_leaves_no_buffer_exported_while_the_exception_lives(pair):
+    """A stream may keep the exception (its ``error``), and with it the
+    traceback and the frames of the call: they must not keep the caller's
+    buffers exported."""
+    a, b = pair
+    b.close()
+    base = bytearray(b"base")
+    buffers = [bytearray(b"writable"), memoryview(b"read-only"), memoryview(base)[1:]]
+    with pytest.raises(BrokenPipeError) as info:
+        _gilheld.writev(a.fileno(), buffers)
+    with pytest.raises(OSError) as info_recv:
+        _gilheld.recv_into(-1, buffers[0])
+    assert info.value.errno == errno.EPIPE and info_recv.value.errno == errno.EBADF
+    buffers[0] += b"!"  # resizable: not exported
+    buffers[1].release()  # BufferError if still exported
+    buffers[2].release()
+    base += b"!"
 
 
 def test_writev_sends_part_when_the_buffer_fills_then_raises_eagain_then_epipe(pair):

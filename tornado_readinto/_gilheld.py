@@ -172,13 +172,16 @@ def recv_into(fd: int, view: bytearray | memoryview) -> int:
     :raises TypeError: ``view`` is read-only or not C-contiguous.
     :raises ValueError: ``view`` is empty.
     """
-    if type(view) is not memoryview:
-        view = memoryview(view)
-    target = _from_buffer(view)  # exports the buffer until deleted
+    source: Any = None
+    target: Any = None
     try:
-        return _call(_c_recv, fd, _addressof(target), view.nbytes, 0)
+        source = view if type(view) is memoryview else memoryview(view)
+        target = _from_buffer(source)  # exports the buffer until dropped
+        return _call(_c_recv, fd, _addressof(target), source.nbytes, 0)
     finally:
-        del target
+        # An exception's traceback keeps this frame: it must not keep the
+        # caller's buffer exported too.
+        source = target = None
 
 
 def writev(fd: int, buffers: Sequence[Any]) -> int:
@@ -195,6 +198,8 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
     iov = (_IOVec * count)()
     exports: list[Any] = []  # keeps every buffer exported during the call
     read_only: list[_PyBuffer] = []
+    view: Any = None
+    target: Any = None
     try:
         for i in range(count):
             data = buffers[i]
@@ -223,4 +228,7 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
     finally:
         for exported in read_only:
             _release_buffer(_byref(exported))
-        del exports
+        # An exception's traceback keeps this frame: it must not keep the
+        # caller's buffers exported too.
+        exports.clear()
+        view = target = None
