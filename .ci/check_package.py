@@ -14,16 +14,15 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
    is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
 4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works and
    runs the compiled core (``COMPILED``, with the native GIL-keeping socket
-   calls: ``_gilheld.NATIVE``), and ``tornado_readinto.comm``
-   raises the ImportError that names the extra;
+   calls: ``_gilheld.NATIVE``), and ``tornado_readinto.comm`` raises the
+   ImportError that names the extra;
 5. the same venv gets ``distributed``: it finds the ``readinto`` and
    ``readinto-tls`` backends through the entry point, and a ``readinto://``
    message goes through;
 6. another fresh venv installs the sdist with no working C compiler
    (``CC=false``): the install succeeds, says once that the package will run
    pure Python, and the package runs pure (``COMPILED`` and
-   ``_gilheld.NATIVE`` are False) and
-   exchanges a framed message.
+   ``_gilheld.NATIVE`` are False) and exchanges a framed message.
 
 Needs a package index for Tornado and distributed (pip's usual settings).
 Exits non-zero with the failing step on stderr.
