@@ -1,6 +1,8 @@
 """Build the compiled core: Cython's pure-Python mode compiles
 ``tornado_readinto/_readcore.py`` and ``_streamcore.py`` (the same ``.py``
-files, typed by their ``.pxd``) into extension modules of the same names.
+files, typed by their ``.pxd``) into extension modules of the same names,
+and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket calls
+(C only: their pure twin is ``_gilheld``'s ctypes code).
 
 Everything else (metadata, packages, requirements) is in ``setup.cfg``.
 
@@ -26,6 +28,10 @@ COMPILED_MODULES = (
     "tornado_readinto.busypoll",
     "tornado_readinto.framing",
 )
+
+#: The modules compiled from a ``.pyx``: C calls with no ``.py`` of the same
+#: name (the pure build runs a twin that lives elsewhere).
+NATIVE_MODULES = ("tornado_readinto._gilheld_native",)
 
 #: Cython's directives for the core.  ``freethreading_compatible=False``
 #: declares the module as needing the GIL (``Py_mod_gil = Py_MOD_GIL_USED``):
@@ -72,6 +78,7 @@ def extensions() -> list:
     from setuptools import Extension
 
     modules = [Extension(name, [name.replace(".", "/") + ".py"]) for name in COMPILED_MODULES]
+    modules += [Extension(name, [name.replace(".", "/") + ".pyx"]) for name in NATIVE_MODULES]
     try:
         return cythonize(modules, compiler_directives=DIRECTIVES, quiet=True, force=True)  # type: ignore[no-any-return]
     except Exception as e:  # a Cython error: never expected in a release

@@ -6,22 +6,23 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
 1. ``python -m build``: the sdist, then the wheel built from the sdist (so a
    file missing from the sdist breaks the wheel build);
 2. ``twine check --strict`` on both;
-3. the sdist holds the package, its ``.pxd`` files, ``setup.py``,
+3. the sdist holds the package, its ``.pxd`` and ``.pyx`` files, ``setup.py``,
    ``py.typed``, README, the tests and the benchmarks, and no generated C or
    extension module; the wheel is a platform wheel that holds the package,
    ``py.typed`` and the compiled core only, its version is
    ``tornado_readinto.__version__`` and its only unconditional requirement
    is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
 4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works and
-   runs the compiled core (``COMPILED``), and ``tornado_readinto.comm``
-   raises the ImportError that names the extra;
+   runs the compiled core (``COMPILED``, with the native GIL-keeping socket
+   calls: ``_gilheld.NATIVE``), and ``tornado_readinto.comm`` raises the
+   ImportError that names the extra;
 5. the same venv gets ``distributed``: it finds the ``readinto`` and
    ``readinto-tls`` backends through the entry point, and a ``readinto://``
    message goes through;
 6. another fresh venv installs the sdist with no working C compiler
    (``CC=false``): the install succeeds, says once that the package will run
-   pure Python, and the package runs pure (``COMPILED`` is False) and
-   exchanges a framed message.
+   pure Python, and the package runs pure (``COMPILED`` and
+   ``_gilheld.NATIVE`` are False) and exchanges a framed message.
 
 Needs a package index for Tornado and distributed (pip's usual settings).
 Exits non-zero with the failing step on stderr.
@@ -49,6 +50,8 @@ import sys, tornado_readinto
 assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
 assert tornado_readinto.__version__ == {version!r}, tornado_readinto.__version__
 assert tornado_readinto.COMPILED, "the wheel's compiled core did not import"
+from tornado_readinto import _gilheld
+assert _gilheld.NATIVE, "the wheel's GIL-keeping socket calls are not the native ones"
 from tornado_readinto import FramedStream, ReadIntoIOStream  # no msgpack needed
 try:
     import msgpack
@@ -108,6 +111,8 @@ import tornado_readinto
 from tornado_readinto import FramedStream, ReadIntoIOStream
 assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
 assert tornado_readinto.COMPILED is False, "an extension module was installed with CC=false"
+from tornado_readinto import _gilheld
+assert _gilheld.NATIVE is False, "native GIL-keeping socket calls with CC=false"
 
 async def main():
     a, b = socket.socketpair()
@@ -164,6 +169,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "benchmarks/__init__.py",
     ]
     wanted += ["setup.py", "tornado_readinto/_readcore.pxd", "tornado_readinto/_streamcore.pxd"]
+    wanted += ["tornado_readinto/_gilheld_native.pyx"]
     missing = [name for name in wanted if name not in names]
     junk = sorted(
         name for name in names if "__pycache__" in name or name.endswith((".pyc", ".so", ".pyd"))
@@ -179,7 +185,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
     compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
-    expected = sorted(["_readcore", "_streamcore", "writebuffer", "busypoll", "framing"])
+    expected = sorted(["_readcore", "_streamcore", "writebuffer", "busypoll", "framing", "_gilheld_native"])
     if compiled != expected or wheel.name.endswith("-none-any.whl"):
         raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected {expected}")
     headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]

@@ -51,8 +51,8 @@ _PURE_ENV = {**os.environ, "TORNADO_READINTO_NO_EXTENSIONS": "1"}
 _REPORT_BUILD = textwrap.dedent(
     """
     import tornado_readinto
-    from tornado_readinto import _readcore, _streamcore
-    print(tornado_readinto.COMPILED, _readcore.__file__, _streamcore.__file__)
+    from tornado_readinto import _gilheld, _readcore, _streamcore
+    print(tornado_readinto.COMPILED, _readcore.__file__, _streamcore.__file__, _gilheld.NATIVE)
     """
 )
 
@@ -69,13 +69,24 @@ def _compiled_modules():
     return [importlib.import_module(f"tornado_readinto.{name}") for name in tornado_readinto._COMPILED_MODULES]
 
 
+def _native_modules():
+    """The compiled-only modules (a ``.pyx``, no ``.py``): only the compiled
+    build has them."""
+    return [importlib.import_module(f"tornado_readinto.{name}") for name in tornado_readinto._NATIVE_MODULES]
+
+
 def test_compiled_is_a_bool_that_names_the_build():
     assert type(tornado_readinto.COMPILED) is bool
     assert set(tornado_readinto._COMPILED_MODULES) >= {"_readcore", "_streamcore"}
+    assert set(tornado_readinto._NATIVE_MODULES) == {"_gilheld_native"}
     suffixes = {pathlib.Path(module.__file__).suffix for module in _compiled_modules()}  # type: ignore[arg-type]
     assert suffixes == ({".so"} if tornado_readinto.COMPILED else {".py"}), suffixes
+    if tornado_readinto.COMPILED:
+        assert {pathlib.Path(module.__file__).suffix for module in _native_modules()} == {".so"}  # type: ignore[arg-type]
     if tornado_readinto.NO_EXTENSIONS:
         assert not tornado_readinto.COMPILED
+        with pytest.raises(ModuleNotFoundError):
+            _native_modules()
 
 
 @pytest.mark.skipif(os.environ.get("CI") != "true", reason="CI (CI=true) builds the compiled core")
@@ -86,8 +97,8 @@ def test_compiled_core_runs_in_ci():
 
 
 def test_env_var_selects_the_pure_build():
-    compiled, readcore, streamcore = _report_build(_PURE_ENV)
-    assert compiled == "False"
+    compiled, readcore, streamcore, native = _report_build(_PURE_ENV)
+    assert compiled == "False" and native == "False"
     assert readcore.endswith("_readcore.py") and streamcore.endswith("_streamcore.py")
 
 
@@ -97,18 +108,21 @@ def test_default_build_is_compiled_when_built():
     check below and ``setup.py``'s all-or-nothing build see to it.)"""
     env = {k: v for k, v in os.environ.items() if k != "TORNADO_READINTO_NO_EXTENSIONS"}
     built = any(pathlib.Path(tornado_readinto.__file__).parent.glob("_streamcore.*.so"))  # type: ignore[arg-type]
-    compiled, _, streamcore = _report_build(env)
+    compiled, _, streamcore, native = _report_build(env)
     assert compiled == str(built), streamcore
+    assert native == str(built)  # _gilheld's native calls come with the compiled build
 
 
 def test_compiled_core_is_not_stale():
-    """The extension modules were built from the ``.py`` and ``.pxd`` as they
-    are now (an in-place build does not follow edits)."""
+    """The extension modules were built from the ``.py``, ``.pxd`` and
+    ``.pyx`` as they are now (an in-place build does not follow edits)."""
     if not tornado_readinto.COMPILED:
         pytest.skip("the pure build runs")
-    for module in _compiled_modules():
+    for module in _compiled_modules() + _native_modules():
         built = pathlib.Path(module.__file__).stat().st_mtime  # type: ignore[arg-type]
-        for source in (source_path(module), source_path(module).with_suffix(".pxd")):
+        sources = [source_path(module).with_suffix(suffix) for suffix in (".py", ".pxd", ".pyx")]
+        assert any(source.exists() for source in sources), module
+        for source in sources:
             if not source.exists():
                 continue  # compiled as it is, with no .pxd
             assert source.stat().st_mtime <= built, (
@@ -157,7 +171,7 @@ def test_a_failed_compile_says_so_once_and_builds_nothing(tmp_path):
     said = [line for line in output.splitlines() if _FALLBACK in line]
     assert len(said) == 1 and said[0].startswith("tornado_readinto: the compiled core was not built ("), output
     assert not list((tmp_path / "tornado_readinto").glob("*.so")), output
-    for module in ("_readcore", "_streamcore"):
+    for module in ("_readcore", "_streamcore", *tornado_readinto._NATIVE_MODULES):
         c = (tmp_path / "tornado_readinto" / f"{module}.c").read_text()
         assert "{Py_mod_gil, __Pyx_FREETHREADING_COMPATIBLE}" in c
         # with no CYTHON_FREETHREADING_COMPATIBLE macro (setup.py sets none),

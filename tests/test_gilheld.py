@@ -8,6 +8,7 @@ clock) and once with a real thread running Python, by what happened:
 which calls carried the bytes, never how fast."""
 
 import asyncio
+import errno
 import math
 import socket
 import struct
@@ -98,6 +99,32 @@ def test_recv_into_lands_in_the_view_and_raises_as_the_socket_method_does(pair):
     assert _gilheld.recv_into(b.fileno(), memoryview(rest)) == 0  # EOF
 
 
+def test_recv_into_fills_a_typed_view_by_its_size_in_bytes(pair):
+    """As ``socket.recv_into`` does: a view of 3 float64 takes 24 bytes, a
+    2x3 array 6, not ``len()`` of either."""
+    a, b = pair
+    a.send(bytes(range(40)))
+    floats = np.zeros(3, dtype="f8")
+    assert _gilheld.recv_into(b.fileno(), memoryview(floats)) == 24
+    assert floats.tobytes() == bytes(range(24))
+    grid = np.zeros((2, 3), dtype=np.uint8)
+    assert _gilheld.recv_into(b.fileno(), memoryview(grid)) == 6
+    assert grid.tobytes() == bytes(range(24, 30))
+    assert _gilheld.recv_into(b.fileno(), bytearray(100)) == 10  # not only memoryviews
+
+
+def test_recv_into_rejects_what_it_cannot_fill(pair):
+    a, b = pair
+    a.send(b"x")
+    with pytest.raises(TypeError):
+        _gilheld.recv_into(b.fileno(), memoryview(b"read-only"))
+    with pytest.raises(TypeError):
+        _gilheld.recv_into(b.fileno(), memoryview(bytearray(10))[::2])
+    with pytest.raises(ValueError):
+        _gilheld.recv_into(b.fileno(), memoryview(bytearray()))
+    assert b.recv(10) == b"x"  # nothing was received
+
+
 def test_recv_into_reports_a_reset_connection():
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
@@ -138,6 +165,25 @@ def test_writev_rejects_a_non_contiguous_buffer_and_releases_what_it_exported(pa
     first += b"!"  # not left exported by the failed call
     with pytest.raises(BlockingIOError):
         b.recv(10)  # nothing was sent
+
+
+def test_an_error_leaves_no_buffer_exported_while_the_exception_lives(pair):
+    """A stream may keep the exception (its ``error``), and with it the
+    traceback and the frames of the call: they must not keep the caller's
+    buffers exported."""
+    a, b = pair
+    b.close()
+    base = bytearray(b"base")
+    buffers = [bytearray(b"writable"), memoryview(b"read-only"), memoryview(base)[1:]]
+    with pytest.raises(BrokenPipeError) as info:
+        _gilheld.writev(a.fileno(), buffers)
+    with pytest.raises(OSError) as info_recv:
+        _gilheld.recv_into(-1, buffers[0])
+    assert info.value.errno == errno.EPIPE and info_recv.value.errno == errno.EBADF
+    buffers[0] += b"!"  # resizable: not exported
+    buffers[1].release()  # BufferError if still exported
+    buffers[2].release()
+    base += b"!"
 
 
 def test_writev_sends_part_when_the_buffer_fills_then_raises_eagain_then_epipe(pair):

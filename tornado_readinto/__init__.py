@@ -61,6 +61,12 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 #: ``.py``, typed by the ``.pxd`` beside it).
 _COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore", "writebuffer", "busypoll", "framing")
 
+#: The modules that exist only compiled (``setup.py`` compiles a ``.pyx``;
+#: there is no ``.py`` of the same name): the pure build has none of them,
+#: and runs a twin that lives elsewhere (``_gilheld_native``: the ctypes calls
+#: of ``_gilheld``).
+_NATIVE_MODULES: tuple[str, ...] = ("_gilheld_native",)
+
 #: ``TORNADO_READINTO_NO_EXTENSIONS`` (any non-empty value) was set at import:
 #: the core modules load from their ``.py`` source even where extension
 #: modules of the same names are installed.
@@ -69,16 +75,22 @@ NO_EXTENSIONS: bool = bool(os.environ.get("TORNADO_READINTO_NO_EXTENSIONS"))
 
 class _PureSourceFinder:
     """A meta-path finder that loads the compiled modules from their ``.py``
-    source.  A compiled module has the same name as its ``.py`` and the
-    extension wins the usual import, so the pure build needs this finder,
-    installed ahead of the others when ``NO_EXTENSIONS`` is set."""
+    source, and refuses the modules that exist only compiled.  A compiled
+    module has the same name as its ``.py`` and the extension wins the usual
+    import, so the pure build needs this finder, installed ahead of the
+    others when ``NO_EXTENSIONS`` is set.  It is the one place that selects
+    the build: ``_gilheld`` uses its compiled-only twin when that imports."""
 
     _names = frozenset(f"{__name__}.{name}" for name in _COMPILED_MODULES)
+    _native = frozenset(f"{__name__}.{name}" for name in _NATIVE_MODULES)
 
     @classmethod
     def find_spec(
         cls, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname in cls._native:
+            message = f"the pure build (TORNADO_READINTO_NO_EXTENSIONS) has no {fullname}, which is compiled only"
+            raise ModuleNotFoundError(message, name=fullname)
         if fullname not in cls._names:
             return None
         source = os.path.join(os.path.dirname(__file__), fullname.rpartition(".")[2] + ".py")
@@ -91,9 +103,18 @@ if NO_EXTENSIONS and _PureSourceFinder not in sys.meta_path:
 
 def _compiled() -> bool:
     """Whether the compiled core runs: every module of `_COMPILED_MODULES`
-    was loaded from an extension module."""
+    was loaded from an extension module, and every module of
+    `_NATIVE_MODULES` imports."""
     modules = [importlib.import_module(f".{name}", __name__) for name in _COMPILED_MODULES]
-    return all(isinstance(module.__spec__.loader, importlib.machinery.ExtensionFileLoader) for module in modules)  # type: ignore[union-attr]
+    if not all(isinstance(module.__spec__.loader, importlib.machinery.ExtensionFileLoader) for module in modules):  # type: ignore[union-attr]
+        return False
+    try:
+        for name in _NATIVE_MODULES:
+            importlib.import_module(f".{name}", __name__)
+    except ImportError:
+        return False
+    return True
+
 
 if TYPE_CHECKING:  # pragma: no cover
     #: True when the compiled core runs, False for the pure-Python build

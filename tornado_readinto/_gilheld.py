@@ -6,21 +6,33 @@ wants the GIL (a dask worker's task threads running Python), each release
 hands the GIL over, and the event-loop thread waits up to the switch interval
 (5 ms by default, more with several such threads) to get it back: a reply
 costs one hand-off for its ``recv`` and one for its ``send``, on top of the
-one that waiting in ``epoll_wait`` costs.  The calls here go through
-`ctypes.PyDLL`, whose foreign calls keep the GIL (documented ctypes
-behaviour): a non-blocking ``recv`` or ``writev`` returns at once, so holding
-the GIL for it delays nobody, and the loop thread keeps running until it has
-to wait for the network.
+one that waiting in ``epoll_wait`` costs.  The calls here keep the GIL: a
+non-blocking ``recv`` or ``writev`` returns at once, so holding the GIL for
+it delays nobody, and the loop thread keeps running until it has to wait for
+the network.
 
-Cost: 1-3 us more per call than the ``socket`` method (the foreign call,
-an iovec and a buffer export per buffer), so streams use these only while
-the GIL is seen to be contended: a stream times its ``socket`` calls (two
-``perf_counter`` reads), and one that took over `STALL_S` (a non-blocking
-call takes microseconds; only a wait for the GIL takes milliseconds) turns
-the held calls on for the whole process (`note_stall`) for `HOLD_S`.  Then
-the next call goes through ``socket`` again, timed, as a probe: under
-continuous contention that costs one hand-off per `HOLD_S`, and once the
-other threads go idle the held calls stop.
+Two implementations, one contract (`recv_into`, `writev`; `NATIVE` says
+which runs):
+
+* the compiled build: a native call, ``tornado_readinto._gilheld_native``
+  (Cython), which calls ``recv``/``writev`` straight from C with no
+  ``nogil`` block: one call from Python into C, as a ``socket`` method is,
+  and a buffer export per buffer;
+* the pure build (``TORNADO_READINTO_NO_EXTENSIONS``, or no compiled
+  build): a ctypes foreign call through `ctypes.PyDLL`, whose foreign calls
+  keep the GIL (documented ctypes behaviour), plus a ctypes buffer export
+  and an iovec built in Python per buffer: 1-3 us more per call than the
+  ``socket`` method (`recv_into_ctypes`, `writev_ctypes`).
+
+A ``socket`` method costs less than a ctypes call (the native call's cost
+beside the ``socket`` method's has not been measured), so streams use these
+only while the GIL is seen to be contended, with either implementation: a
+stream times its ``socket`` calls (two ``perf_counter`` reads), and one that
+took over `STALL_S` (a non-blocking call takes microseconds; only a wait for
+the GIL takes milliseconds) turns the held calls on for the whole process
+(`note_stall`) for `HOLD_S`.  Then the next call goes through ``socket``
+again, timed, as a probe: under continuous contention that costs one hand-off
+per `HOLD_S`, and once the other threads go idle the held calls stop.
 
 Available on CPython on POSIX systems with a GIL (`AVAILABLE`); elsewhere the
 streams keep the ``socket`` methods.  Errors are raised as the ``socket``
@@ -35,12 +47,24 @@ import errno
 import os
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from .busypoll import other_threads
 
-__all__ = ["AVAILABLE", "COPY_S_PER_BYTE", "ENV_VAR", "HOLD_S", "STALL_S", "held", "note_stall", "recv_into", "writev"]
+__all__ = [
+    "AVAILABLE",
+    "COPY_S_PER_BYTE",
+    "ENV_VAR",
+    "HOLD_S",
+    "NATIVE",
+    "STALL_S",
+    "held",
+    "note_stall",
+    "recv_into",
+    "writev",
+]
 
 #: A ``socket`` call on a non-blocking socket that took longer than this
 #: (plus `COPY_S_PER_BYTE` per byte moved) waited for the GIL: a hand-off
@@ -58,6 +82,12 @@ HOLD_S = 1.0  # seconds
 
 def _gil_enabled() -> bool:
     return not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+def _supported() -> bool:
+    """CPython with a GIL on a POSIX system: where keeping the GIL around a
+    syscall is possible and worth it."""
+    return sys.implementation.name == "cpython" and os.name == "posix" and _gil_enabled()
 
 
 class _PyBuffer(ctypes.Structure):
@@ -86,8 +116,8 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_char_p), ("iov_len", ctypes.c_size_t)]  # noqa: RUF012
 
 
-def _load() -> tuple[Any, Any, Any, Any] | None:
-    if sys.implementation.name != "cpython" or os.name != "posix" or not _gil_enabled():
+def _load_ctypes() -> tuple[Any, Any, Any, Any] | None:
+    if not _supported():
         return None
     try:
         libc = ctypes.PyDLL(None, use_errno=True)  # the process's own symbols
@@ -112,11 +142,31 @@ def _load() -> tuple[Any, Any, Any, Any] | None:
 #: (for A/B measurements; read once, at import).
 ENV_VAR = "TORNADO_READINTO_HOLD_GIL"
 
-_funcs = _load() if os.environ.get(ENV_VAR, "1") != "0" else None
+
+def _load_native() -> ModuleType | None:
+    """``_gilheld_native`` where it imports: the compiled build (the pure
+    build's meta-path finder refuses it, see ``tornado_readinto``)."""
+    if not _supported():
+        return None
+    try:
+        from . import _gilheld_native
+    except ImportError:
+        return None
+    return _gilheld_native
+
+
+# Both where they load: the ctypes calls are the pure build's, and the
+# twin that tests/test_gilheld_native.py compares the native calls with.
+_native = _load_native()
+_funcs = _load_ctypes()
+
+#: True when `recv_into` and `writev` are the native calls of the compiled
+#: build (``_gilheld_native``), False when they are the ctypes calls.
+NATIVE = _native is not None
 
 #: True where these calls exist (CPython with a GIL on a POSIX system) and
 #: `ENV_VAR` does not turn them off.
-AVAILABLE = _funcs is not None
+AVAILABLE = (NATIVE or _funcs is not None) and os.environ.get(ENV_VAR, "1") != "0"
 
 if _funcs is not None:
     _c_recv, _c_writev, _get_buffer, _release_buffer = _funcs
@@ -160,26 +210,35 @@ def _call(func: Any, *args: Any) -> int:
             raise OSError(err, os.strerror(err))
 
 
-def recv_into(fd: int, view: bytearray | memoryview) -> int:
-    """``recv(fd, view, len(view), 0)`` without releasing the GIL; the socket
+def recv_into_ctypes(fd: int, view: bytearray | memoryview) -> int:
+    """``recv(fd, view, nbytes, 0)`` without releasing the GIL; the socket
     must be non-blocking and ``view`` writable, C-contiguous and not empty.
+    Like ``socket.recv_into``, it fills up to the view's size in bytes
+    (``nbytes``), whatever its item size.
 
     Returns the byte count (0 at EOF).
     :raises BlockingIOError: nothing to receive (EAGAIN).
     :raises OSError: any other error, with its ``errno``.
+    :raises TypeError: ``view`` is read-only or not C-contiguous.
+    :raises ValueError: ``view`` is empty.
     """
-    target = _from_buffer(view)  # exports the buffer until deleted
+    source: Any = None
+    target: Any = None
     try:
-        return _call(_c_recv, fd, _addressof(target), len(view), 0)
+        source = view if type(view) is memoryview else memoryview(view)
+        target = _from_buffer(source)  # exports the buffer until dropped
+        return _call(_c_recv, fd, _addressof(target), source.nbytes, 0)
     finally:
-        del target
+        # An exception's traceback keeps this frame: it must not keep the
+        # caller's buffer exported too.
+        source = target = None
 
 
-def writev(fd: int, buffers: Sequence[Any]) -> int:
+def writev_ctypes(fd: int, buffers: Sequence[Any]) -> int:
     """``writev(fd, buffers)`` without releasing the GIL, for a non-blocking
     socket; ``buffers`` are C-contiguous buffers (at most ``IOV_MAX``), sized
     in bytes.  Each stays exported until the call returns; nothing is
-    copied.  Returns the bytes sent.
+    copied; an empty one is skipped.  Returns the bytes sent.
 
     :raises BlockingIOError: the socket's send buffer is full (EAGAIN).
     :raises BufferError: a buffer is not C-contiguous (nothing is sent).
@@ -189,6 +248,8 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
     iov = (_IOVec * count)()
     exports: list[Any] = []  # keeps every buffer exported during the call
     read_only: list[_PyBuffer] = []
+    view: Any = None
+    target: Any = None
     try:
         for i in range(count):
             data = buffers[i]
@@ -217,4 +278,21 @@ def writev(fd: int, buffers: Sequence[Any]) -> int:
     finally:
         for exported in read_only:
             _release_buffer(_byref(exported))
-        del exports
+        # An exception's traceback keeps this frame: it must not keep the
+        # caller's buffers exported too.
+        exports.clear()
+        view = target = None
+
+
+#: ``recv_into(fd, view) -> int``: `recv_into_ctypes`'s contract, as a native
+#: call in the compiled build (`NATIVE`).
+recv_into: Callable[[int, Any], int]
+#: ``writev(fd, buffers) -> int``: `writev_ctypes`'s contract, as a native
+#: call in the compiled build (`NATIVE`).
+writev: Callable[[int, Sequence[Any]], int]
+if _native is not None:
+    recv_into = _native.recv_into
+    writev = _native.writev
+else:
+    recv_into = recv_into_ctypes
+    writev = writev_ctypes

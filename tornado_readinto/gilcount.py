@@ -33,10 +33,12 @@ Limits (say them with any figure):
   wait (a contended lock, a buffer that is written out): "may release".
   ``with lock:`` calls ``__enter__`` without a profile event (CPython 3.11):
   such acquisitions are missed.
-* ctypes foreign calls make no profile event: a ``ctypes.CDLL`` call,
-  which releases the GIL, is missed (the GIL-keeping socket calls of
-  `tornado_readinto._gilheld` go through ``ctypes.PyDLL`` and rightly count
-  as nothing).
+* ctypes foreign calls make no profile event, nor (on CPython 3.11) do
+  Cython functions: a ``ctypes.CDLL`` call, which releases the GIL, is
+  missed.  The GIL-keeping socket calls of `tornado_readinto._gilheld` (a
+  Cython function of ``_gilheld_native`` in the compiled build, a
+  ``ctypes.PyDLL`` call in the pure one) make none, and rightly count as
+  nothing.
 * The hook makes the watched thread slower (a Python call per Python call):
   count with it, time without it.
 """
