@@ -439,3 +439,83 @@ def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name
             client.close()
 
     run(main(), loop=loop_name)
+
+
+@pytest.fixture
+def switch_interval():
+    """Set this process's switch interval for one test (put back after)."""
+    import sys
+
+    before = sys.getswitchinterval()
+    yield sys.setswitchinterval
+    sys.setswitchinterval(before)
+
+
+def test_the_stall_threshold_follows_the_switch_interval(switch_interval):
+    """2 ms at the default 5 ms interval, half the interval below 4 ms, never
+    under MIN_STALL_S; `stalled` reads the interval in force and allows the
+    copy's time on top."""
+    assert _gilheld.stall_threshold(5e-3) == _gilheld.STALL_S == 2e-3
+    assert _gilheld.stall_threshold(1.0) == _gilheld.STALL_S
+    assert _gilheld.stall_threshold(1e-3) == pytest.approx(0.5e-3)
+    assert _gilheld.stall_threshold(5e-4) == pytest.approx(0.25e-3)
+    assert _gilheld.stall_threshold(5e-5) == _gilheld.MIN_STALL_S
+    switch_interval(5e-3)
+    assert not _gilheld.stalled(1.5e-3, 0)
+    switch_interval(5e-4)
+    assert _gilheld.stalled(0.3e-3, 0)
+    assert not _gilheld.stalled(0.3e-3, 1 << 20)  # a 1 MiB copy may take 1 ms
+    assert not _gilheld.stalled(0.2e-3, 0)
+
+
+@pytest.mark.parametrize("interval_s, switches", [(5e-3, False), (1e-3, True), (5e-4, True)])
+def test_a_hand_off_as_long_as_a_short_switch_interval_counts_as_a_stall(
+    loop_name, monkeypatch, switch_interval, interval_s, switches
+):
+    """On a clock where every socket call takes 0.6 ms: at the default 5 ms
+    interval that is no wait for the GIL (a hand-off lasts about 5 ms), so the
+    stream keeps the socket methods; at 1 ms or 0.5 ms a hand-off lasts about
+    that long, so the call counts as one and the held calls take over (a
+    fixed 2 ms threshold would never see them)."""
+    switch_interval(interval_s)
+    patch_stream_clock(monkeypatch, Clock(step=0.6e-3))
+    monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            with idle_thread():
+                await _echo_rounds(server, client, 3)
+                assert (_gilheld.held_until > 0) is switches
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_at_a_half_millisecond_switch_interval_a_python_thread_still_switches_to_held_calls(
+    loop_name, monkeypatch, switch_interval
+):
+    """Real contention at a 0.5 ms switch interval (the dask backend's
+    opt-in): the loop thread's hand-offs last about 0.5 ms, under the 2 ms
+    default threshold, and the stream still sees them and switches to the
+    held calls; the echo goes on byte for byte."""
+    switch_interval(5e-4)
+    monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            with gil_holding_thread():
+                for _ in range(200):  # bounded: the first stall switches
+                    await _echo_rounds(server, client, 5)
+                    if _gilheld.held(_streamcore.perf_counter()):
+                        break
+                assert _gilheld.held(_streamcore.perf_counter())
+                await _echo_rounds(server, client, 20)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)

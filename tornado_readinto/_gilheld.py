@@ -28,9 +28,13 @@ A ``socket`` method costs less than a ctypes call (the native call's cost
 beside the ``socket`` method's has not been measured), so streams use these
 only while the GIL is seen to be contended, with either implementation: a
 stream times its ``socket`` calls (two ``perf_counter`` reads), and one that
-took over `STALL_S` (a non-blocking call takes microseconds; only a wait for
-the GIL takes milliseconds) turns the held calls on for the whole process
-(`note_stall`) for `HOLD_S`.  Then the next call goes through ``socket``
+took over the stall threshold (a non-blocking call takes microseconds; a
+wait for the GIL takes about the switch interval) turns the held calls on
+for the whole process (`note_stall`) for `HOLD_S`.  The threshold follows
+the interpreter's switch interval (`stall_threshold`): `STALL_S` at the
+default 5 ms, half the interval below that, so that a process that
+shortened its interval (for example through the dask backend's
+``switch-interval`` key) still tells its hand-offs from its calls.  Then the next call goes through ``socket``
 again, timed, as a probe: under continuous contention that costs one hand-off
 per `HOLD_S`, and once the other threads go idle the held calls stop.
 
@@ -59,9 +63,12 @@ __all__ = [
     "ENV_VAR",
     "HOLD_S",
     "NATIVE",
+    "MIN_STALL_S",
     "STALL_S",
     "held",
     "note_stall",
+    "stall_threshold",
+    "stalled",
     "recv_into",
     "writev",
 ]
@@ -69,8 +76,12 @@ __all__ = [
 #: A ``socket`` call on a non-blocking socket that took longer than this
 #: (plus `COPY_S_PER_BYTE` per byte moved) waited for the GIL: a hand-off
 #: costs up to the switch interval, 5 ms by default, while a call takes
-#: microseconds plus its copy.
+#: microseconds plus its copy.  The most `stall_threshold` returns.
 STALL_S = 2e-3  # seconds
+
+#: The least `stall_threshold` returns, however short the switch interval:
+#: a non-blocking call on a busy machine can take tens of microseconds.
+MIN_STALL_S = 100e-6  # seconds
 
 #: Time a call may spend copying, per byte, before it counts as a stall
 #: (1 ms per MB: a slow memcpy).
@@ -187,9 +198,26 @@ def held(now: float) -> bool:
     return now < held_until
 
 
+def stall_threshold(switch_interval: float | None = None) -> float:
+    """How long a non-blocking ``socket`` call may take (before its copy)
+    without counting as a wait for the GIL: half the switch interval
+    (``sys.getswitchinterval()`` unless given), at least `MIN_STALL_S` and at
+    most `STALL_S`.  A hand-off waits about one switch interval."""
+    interval = sys.getswitchinterval() if switch_interval is None else switch_interval
+    return min(STALL_S, max(MIN_STALL_S, 0.5 * interval))
+
+
+def stalled(elapsed: float, nbytes: int) -> bool:
+    """True when a non-blocking ``socket`` call that took ``elapsed`` seconds
+    and moved ``nbytes`` bytes waited for the GIL (see `stall_threshold`).
+    Callers test ``elapsed > MIN_STALL_S + nbytes * COPY_S_PER_BYTE`` first,
+    so a quick call never reads the switch interval."""
+    return elapsed > stall_threshold() + nbytes * COPY_S_PER_BYTE
+
+
 def note_stall(now: float) -> None:
     """A ``socket`` call that ended at ``now`` (perf_counter seconds) took
-    over `STALL_S`: use the held calls for the next `HOLD_S`, where they
+    over the stall threshold (`stalled`): use the held calls for the next `HOLD_S`, where they
     exist and another Python thread does (without one, the stall was not a
     wait for the GIL but the machine's: a preempted process)."""
     global held_until

@@ -115,7 +115,7 @@ SEND: Final = 2
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
 
-_STALL_S: Final = _gilheld.STALL_S
+_MIN_STALL_S: Final = _gilheld.MIN_STALL_S
 _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
 #: Types whose ``len`` is their size in bytes.
@@ -334,8 +334,9 @@ class StreamCore(ReadCore):
         except BlockingIOError:
             received = None
         end = perf_counter()
-        if end - start > _STALL_S + (received or 0) * _COPY_S_PER_BYTE:
-            _gilheld.note_stall(end)
+        if end - start > _MIN_STALL_S + (received or 0) * _COPY_S_PER_BYTE:
+            if _gilheld.stalled(end - start, received or 0):
+                _gilheld.note_stall(end)
         return received  # type: ignore[no-any-return]
 
     def park(self) -> bool:
@@ -525,7 +526,8 @@ class StreamCore(ReadCore):
             return _gilheld.writev(sock.fileno(), buffers)
         sent = sock.sendmsg(buffers)
         end = perf_counter()
-        if end - start > _STALL_S + sent * _COPY_S_PER_BYTE:
-            _gilheld.note_stall(end)
+        if end - start > _MIN_STALL_S + sent * _COPY_S_PER_BYTE:
+            if _gilheld.stalled(end - start, sent):
+                _gilheld.note_stall(end)
         return sent
 

@@ -240,7 +240,7 @@ class TornadoBoundStream(FloorStream):
         start = perf_counter()
         received = super()._recv(view)
         end = perf_counter()
-        if end - start > _gilheld.STALL_S + (received or 0) * _gilheld.COPY_S_PER_BYTE:
+        if _gilheld.stalled(end - start, received or 0):
             _gilheld.note_stall(end)
         if received is None or received < len(view):
             self._readable_hint = False
@@ -255,7 +255,7 @@ class TornadoBoundStream(FloorStream):
         start = perf_counter()
         sent = super()._send(buffers)
         end = perf_counter()
-        if end - start > _gilheld.STALL_S + sent * _gilheld.COPY_S_PER_BYTE:
+        if _gilheld.stalled(end - start, sent):
             _gilheld.note_stall(end)
         return sent
 
