@@ -86,9 +86,21 @@ SPIKE_SERVERS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The pure-Python build of the package's servers, for a side-by-side A/B
+#: against the compiled build in one run: the same echo servers, run with
+#: ``TORNADO_READINTO_NO_EXTENSIONS=1`` (`PURE_BUILD_ENV`).  Accepted by
+#: ``--server``, not run by default.
+PURE_SERVERS: dict[str, tuple[str, str]] = {
+    "readinto-pure": ("readinto", "framed"),
+    "framed-pool-pure": ("framed-pool", "framed"),
+}
+PURE_BUILD_ENV = {"TORNADO_READINTO_NO_EXTENSIONS": "1"}
+
+
 def _all_servers() -> dict[str, tuple[str, str]]:
-    """Every name ``--server`` takes: the load servers, the bounds, the spike."""
-    return {**LOAD_SERVERS, **BOUND_SERVERS, **SPIKE_SERVERS}
+    """Every name ``--server`` takes: the load servers, the pure builds, the
+    bounds, the spike."""
+    return {**LOAD_SERVERS, **PURE_SERVERS, **BOUND_SERVERS, **SPIKE_SERVERS}
 
 
 #: The ratio columns: loop-thread CPU per message relative to these servers,
@@ -317,8 +329,20 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
 
             server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common]
             try:
-                client, server = h.run_server_and_client(server_argv, client_argv, timeout)
+                pure = case.server in PURE_SERVERS
+                started: dict[str, Any] = {}
+
+                def checked_client_argv(first: dict[str, Any], pid: int) -> list[str]:
+                    started.update(first)
+                    return client_argv(first, pid)
+
+                client, server = h.run_server_and_client(
+                    server_argv, checked_client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None
+                )
                 _fill(result, client, server, args.repeat)
+                result.extra["compiled"] = started.get("compiled")
+                if pure and started.get("compiled") is not False:
+                    raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {started}")
             except h.CaseFailed as exc:
                 result.error = str(exc)
         return [result]

@@ -320,9 +320,11 @@ def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
     assert availability(IMPLS["dask-tcp"]) is None  # plain TCP: fine
     assert _tls.unavailable() is None
     lines = SUITE.listing().splitlines()
-    nload, nbound = len(load.LOAD_SERVERS), len(load.BOUND_SERVERS)
-    assert len(lines) == nload + nbound + len(load.SPIKE_SERVERS)
-    assert all("tls: available]" in line for line in lines[:nload])
+    nload, npure, nbound = len(load.LOAD_SERVERS), len(load.PURE_SERVERS), len(load.BOUND_SERVERS)
+    assert len(lines) == nload + npure + nbound + len(load.SPIKE_SERVERS)
+    assert all("tls: available]" in line for line in lines[: nload + npure])
+    assert [line.split()[0] for line in lines[nload : nload + npure]] == list(load.PURE_SERVERS)
+    nload += npure
     # the lower bounds are plain TCP only, and say so
     assert [line.split()[0] for line in lines[nload : nload + nbound]] == list(load.BOUND_SERVERS)
     assert all("has no TLS server" in line for line in lines[nload : nload + nbound])
@@ -661,6 +663,25 @@ def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixtur
     capsys.readouterr()
 
 
+def test_load_pure_build_servers_run_the_pure_build_beside_the_compiled_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """readinto-pure serves the same echo with TORNADO_READINTO_NO_EXTENSIONS=1
+    in its server process (which reports it runs the pure build), so that
+    one run compares the two builds side by side; not in the default set."""
+    import tornado_readinto
+
+    out = tmp_path / "load.json"
+    assert SUITE.main(["--server", "readinto,readinto-pure", "--loop", "asyncio", *SMOKE, "--json", str(out)]) == 0
+    entries = json.loads(out.read_text())["results"]
+    assert [e["server"] for e in entries] == ["readinto", "readinto-pure"]
+    _check_entries(entries, 4)
+    assert entries[0]["compiled"] is tornado_readinto.COMPILED
+    assert entries[1]["compiled"] is False
+    assert "readinto-pure" not in load.LOAD_SERVERS
+    capsys.readouterr()
+
+
 def test_load_lower_bounds_run_on_both_loops_and_are_not_in_the_default_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -729,8 +750,8 @@ def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], m
 class _FailingProcess(processes.ChildProcess):
     """A server process that exits at once."""
 
-    def __init__(self, argv: list[str], stderr: Any) -> None:
-        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr)
+    def __init__(self, argv: list[str], stderr: Any, env: dict[str, str] | None = None) -> None:
+        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr, env)
 
 
 def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,11 +42,12 @@ class ChildProcess:
     """``python -m benchmarks.impls ARGV``, whose stdout JSON lines we read
     with deadlines; its stderr goes to the file ``stderr``."""
 
-    def __init__(self, argv: list[str], stderr: IO[bytes]) -> None:
+    def __init__(self, argv: list[str], stderr: IO[bytes], env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.impls", *argv], stdout=subprocess.PIPE, stderr=stderr, env=child_env()
-        )
+            [sys.executable, "-m", "benchmarks.impls", *argv], stdout=subprocess.PIPE, stderr=stderr,
+            env={**child_env(), **(env or {})},
+        )  # fmt: skip
         self.stderr = stderr
         self._pending = b""
 
@@ -100,12 +101,16 @@ class ChildProcess:
 
 
 def run_server_and_client(
-    server_argv: list[str], client_argv: Callable[[dict[str, Any], int], list[str]], timeout_s: float
+    server_argv: list[str],
+    client_argv: Callable[[dict[str, Any], int], list[str]],
+    timeout_s: float,
+    server_env: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Start a server process, read its first line (its port...), start the
-    client process with ``client_argv(first_line, server_pid)``; return the
-    last lines of the client and of the server, each after it exited with
-    status 0.  Both processes are gone when this returns.
+    """Start a server process (``server_env`` added to its environment), read
+    its first line (its port...), start the client process with
+    ``client_argv(first_line, server_pid)``; return the last lines of the
+    client and of the server, each after it exited with status 0.  Both
+    processes are gone when this returns.
 
     :raises CaseFailed: a process failed, or was too slow (``timeout_s``
         for the client's run, `STARTUP_TIMEOUT_S` for the rest).
@@ -113,7 +118,7 @@ def run_server_and_client(
     processes: list[ChildProcess] = []
     with tempfile.TemporaryFile() as server_err, tempfile.TemporaryFile() as client_err:
         try:
-            server = ChildProcess(server_argv, server_err)
+            server = ChildProcess(server_argv, server_err, server_env)
             processes.append(server)
             started = server.read_json_line(STARTUP_TIMEOUT_S)
             client = ChildProcess(client_argv(started, server.proc.pid), client_err)

@@ -131,6 +131,15 @@ def _load_client(args: argparse.Namespace) -> None:
     _emit({**result, "loop": loop, **process_stats()})
 
 
+def _compiled() -> bool | None:
+    """Which build of tornado_readinto this process runs (None: not importable)."""
+    try:
+        import tornado_readinto
+    except ImportError:
+        return None
+    return bool(tornado_readinto.COMPILED)
+
+
 def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespace) -> None:
     """The server process: the port line, the echo server, the stats line."""
     tls = {"ssl_context": _tls.server_context(args.tls_cert)} if args.tls_cert else {}
@@ -139,7 +148,7 @@ def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespa
         "loop_tid": threading.get_native_id(),
         "gil_thread_tid": gil_thread.tid if gil_thread is not None else None,
     }
-    _emit({"port": listener.getsockname()[1], **threads})
+    _emit({"port": listener.getsockname()[1], "compiled": _compiled(), **threads})
     try:
         nmessages = impl.run_server(listener, loop, args.clients, args.timeout, **tls)
     finally:
