@@ -5,6 +5,7 @@
     python -m benchmarks load --server readinto,asyncio-streams --rate 200
     python -m benchmarks load --gil-thread --clients 8,64  # a GIL-holding thread in each server
     python -m benchmarks load --tls both             # each case over plain TCP, then over TLS
+    python -m benchmarks load --count-syscalls       # also the server's syscalls per message (perf)
     python -m benchmarks load --list
 
 (``python -m benchmarks.load`` runs the same.)  Each case (server x event
@@ -25,7 +26,11 @@ TLS (a throwaway CA and certificate per case, made by trustme): stock
 loop's SSL transport.  Every echo is checked (header, sequence stamp),
 the first and last of each connection byte for byte, and the server's
 message count against the client's; a failed check fails the case and
-makes the exit status non-zero.  See benchmarks/README.rst.
+makes the exit status non-zero.  ``--count-syscalls`` also counts the
+server's system calls by name for the whole run (``perf stat`` on the
+syscall tracepoints, see ``benchmarks.harness.syscounts``) and reports them
+per echoed message: CPU per message moves with what a syscall costs on the
+machine, the count does not.  See benchmarks/README.rst.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/load.py
 
 from benchmarks import harness as h  # noqa: E402
 from benchmarks.harness import plot as plots  # noqa: E402
+from benchmarks.harness import syscounts  # noqa: E402
 from benchmarks.impls import EVENT_LOOPS, IMPLS, _tls, availability  # noqa: E402
 from benchmarks.impls._loadclient import default_client_loop  # noqa: E402
 
@@ -240,6 +246,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         h.metric("cli us/msg", "client_cpu_us_per_msg", h.format_number, spread=False),
         h.metric("p99", "p99_s", h.format_seconds, spread=False),
         h.metric("srv CPU", "server_cpu_pct", h.format_pct, spread=False),
+        h.Column("sysc/msg", lambda results, r: _format_syscalls(r)),
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -276,6 +283,13 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         )
         p.add_argument("--client-loop", type=loop, help="the load client's event loop (default: uvloop if installed)")
         p.add_argument("--full", action="store_true", help="connections 1,16,64,256 (all servers, both loops)")
+        p.add_argument(
+            "--count-syscalls",
+            action="store_true",
+            help="count the server's system calls by name over the whole run (perf stat on the syscall "
+            "tracepoints; needs perf and root) and report them per echoed message (sysc/msg column, "
+            "progress line, JSON 'syscalls'); tracing adds a little server CPU",
+        )
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         args.server = args.server or list(LOAD_SERVERS)
@@ -284,6 +298,10 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         args.clients = args.clients or list(FULL_CLIENTS if args.full else gil_thread_default)
         args.msize = args.msize or [h.parse_size(DEFAULT_MSIZE)]
         args.rate = args.rate or [0.0]
+        if args.count_syscalls:
+            reason = syscounts.unavailable()
+            if reason is not None:
+                p.error(f"--count-syscalls: {reason}")
         for msize in args.msize:
             if msize < 8:
                 p.error(f"--msize {h.format_size(msize)}: need at least 8 bytes for the sequence stamp")
@@ -313,6 +331,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         timeout = h.case_timeout_s(args.warmup, args.repeat, args.duration) + (2.0 / case.rate if case.rate else 0.0)
         common = ["--clients", str(case.clients), "--timeout", f"{timeout:g}"]
         gil_thread = ["--gil-thread"] if case.gil_thread else []
+        counters: list[syscounts.SyscallCounter] = []
         with _cert_files(case.tls) as (cert_file, ca_file):
             tls_server = ["--tls-cert", cert_file] if cert_file else []
             tls_client = ["--tls-ca", ca_file] if ca_file else []
@@ -325,6 +344,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
                     *tls_client,
                 ]  # fmt: skip
+                if getattr(args, "count_syscalls", False):  # from the server's first line to its exit
+                    counters.append(syscounts.SyscallCounter(server_pid))
                 return argv + (["--loop", args.client_loop] if args.client_loop else [])
 
             server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common]
@@ -340,11 +361,16 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     server_argv, checked_client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None
                 )
                 _fill(result, client, server, args.repeat)
+                for counter in counters:
+                    result.extra["syscalls"] = syscounts.summary(counter.finish(), server["messages"])
                 result.extra["compiled"] = started.get("compiled")
                 if pure and started.get("compiled") is not False:
                     raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {started}")
             except h.CaseFailed as exc:
                 result.error = str(exc)
+            finally:
+                for counter in counters:
+                    counter.kill()
         return [result]
 
     def legend(self, nrepeats: int) -> str:
@@ -358,7 +384,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "client spoke TLS; rate: offered messages/s per connection (max: next message as soon as the\n"
             "echo is back); x asyncio-streams / x stock: loop us/msg relative to that server on the same loop\n"
             "in the same case of this run, GIL thread and TLS included (lower is cheaper); msgs/s x stock:\n"
-            "msgs/s relative to stock's (higher is faster)."
+            "msgs/s relative to stock's (higher is faster); sysc/msg: the server's system calls per echoed\n"
+            "message over the whole run (--count-syscalls; by name on the progress line and in the JSON)."
         )
 
     def label(self, r: LoadResult) -> str:
@@ -374,6 +401,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             f"server {h.format_number(r.median('server_cpu_us_per_msg'))} us/msg "
             f"({h.format_pct(r.median('server_cpu_pct'))} CPU), "
             f"client {h.format_number(r.median('client_cpu_us_per_msg'))} us/msg"
+            + (f", {syscounts.brief(r.extra['syscalls']['per_msg'])}" if r.extra.get("syscalls") else "")
         )
 
     def group(self, r: LoadResult) -> Hashable:
@@ -460,6 +488,14 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 ax.legend(title="loop", fontsize="small")
             if not groups:
                 plots.no_results(axes[0][0])
+
+
+def _format_syscalls(r: LoadResult) -> str:
+    """The ``sysc/msg`` cell: all the server's syscalls per echoed message, or "-" (not counted)."""
+    syscalls = r.extra.get("syscalls")
+    if not syscalls or "total" not in syscalls["per_msg"]:
+        return "-"
+    return f"{syscalls['per_msg']['total']:.2f}"
 
 
 def _add_condition(p: argparse.ArgumentParser, flag: str, help: str) -> None:

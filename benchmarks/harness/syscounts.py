@@ -1,0 +1,159 @@
+"""System calls of a server process, counted by name (``load --count-syscalls``).
+
+CPU time per message moves with the cost of a system call, a page fault
+and a context switch, which differ from machine to machine by an order of
+magnitude (and from hour to hour on a shared VM); the number of calls per
+message does not.  `SyscallCounter` runs ``perf stat`` on the syscall
+tracepoints of one process (``-p PID``) from just after it started until it
+exits, so the counts cover the whole run (the warm-up and the connections'
+setup too: a few hundred calls against the tens of thousands of messages of
+a case).  Tracepoints cost the traced process a little CPU per call, so CPU
+figures of a counting run read a little high.
+
+Needs ``perf`` and permission to read tracepoints (root, or
+``kernel.perf_event_paranoid`` <= -1); `unavailable` says why not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from typing import IO, Any
+
+#: The calls counted by name: every receive, send and poll call of asyncio's
+#: loop, uvloop and Tornado on Linux, and the usual hidden costs (memory
+#: mapping of large receive buffers, clock reads that miss the vDSO, locks).
+#: ``total`` counts all calls, named or not.
+NAMES = (
+    "recvfrom", "recvmsg", "read",
+    "sendto", "sendmsg", "write", "writev",
+    "epoll_wait", "epoll_pwait", "epoll_ctl",
+    "mmap", "munmap", "mremap",
+    "getsockopt", "clock_gettime", "futex",
+)  # fmt: skip
+
+#: Short names for the progress line: what a message costs, grouped.
+GROUPS = {
+    "recv": ("recvfrom", "recvmsg", "read"),
+    "send": ("sendto", "sendmsg", "write", "writev"),
+    "poll": ("epoll_wait", "epoll_pwait"),
+    "ctl": ("epoll_ctl",),
+    "mm": ("mmap", "munmap", "mremap"),
+}
+
+_TOTAL_EVENT = "raw_syscalls:sys_enter"
+
+
+def events() -> list[str]:
+    return [_TOTAL_EVENT, *(f"syscalls:sys_enter_{name}" for name in NAMES)]
+
+
+def unavailable() -> str | None:
+    """Why syscalls cannot be counted here, or None."""
+    if shutil.which("perf") is None:
+        return "perf is not installed"
+    try:
+        probe = subprocess.run(
+            ["perf", "stat", "-x", ",", "-e", _TOTAL_EVENT, "--", "true"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"perf stat failed: {exc}"
+    if probe.returncode != 0 or _TOTAL_EVENT not in probe.stderr or "<not supported>" in probe.stderr:
+        return f"perf cannot read syscall tracepoints: {probe.stderr.strip()[-200:]}"
+    return None
+
+
+def parse(perf_stderr: str) -> dict[str, int]:
+    """Counts by name (``total`` for all calls) from ``perf stat -x ,`` output."""
+    counts: dict[str, int] = {}
+    for line in perf_stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) < 3:
+            continue
+        event = fields[2]
+        if event == _TOTAL_EVENT:
+            name = "total"
+        elif event.startswith("syscalls:sys_enter_"):
+            name = event[len("syscalls:sys_enter_") :]
+        else:
+            continue
+        try:
+            counts[name] = int(fields[0])
+        except ValueError:  # "<not counted>"
+            continue
+    return counts
+
+
+def per_message(counts: dict[str, int], nmessages: int) -> dict[str, float]:
+    """``counts`` divided by ``nmessages``, the calls that never happened left out."""
+    if nmessages <= 0:
+        return {}
+    return {name: n / nmessages for name, n in counts.items() if n}
+
+
+def brief(per_msg: dict[str, float]) -> str:
+    """``2.04 syscalls/msg (recv 1.01 send 1.01 poll 0.02)``: the total and
+    the groups that occur; ``other`` is what no named call explains."""
+    if not per_msg:
+        return "no syscall counts"
+    parts = []
+    named = 0.0
+    for group, names in GROUPS.items():
+        value = sum(per_msg.get(name, 0.0) for name in names)
+        named += value
+        if value >= 0.005:
+            parts.append(f"{group} {value:.2f}")
+    named += sum(per_msg.get(name, 0.0) for name in NAMES if not any(name in g for g in GROUPS.values()))
+    other = per_msg.get("total", 0.0) - named
+    if other >= 0.005:
+        parts.append(f"other {other:.2f}")
+    return f"{per_msg.get('total', 0.0):.2f} syscalls/msg ({' '.join(parts)})"
+
+
+class SyscallCounter:
+    """``perf stat`` on process ``pid`` until it exits; `finish` returns the counts."""
+
+    def __init__(self, pid: int, stderr: IO[bytes] | None = None) -> None:
+        self.proc: subprocess.Popen[str] = subprocess.Popen(
+            ["perf", "stat", "-x", ",", "-e", ",".join(events()), "-p", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.attached = self._wait_attached()
+
+    def _wait_attached(self, timeout_s: float = 10.0) -> bool:
+        """Wait until perf has opened its counters (one perf_event file per
+        event and thread), so that the messages after this are all counted."""
+        deadline = time.monotonic() + timeout_s
+        fds = f"/proc/{self.proc.pid}/fd"
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                opened = sum(os.readlink(f"{fds}/{fd}") == "anon_inode:[perf_event]" for fd in os.listdir(fds))
+            except OSError:  # an fd closed while we looked, or no /proc
+                opened = 0
+            if opened >= len(events()):
+                return True
+            time.sleep(0.005)
+        return False
+
+    def finish(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """The counts, once the traced process has exited (perf stat exits with it)."""
+        try:
+            _, err = self.proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return parse(err)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def summary(counts: dict[str, int], nmessages: int) -> dict[str, Any]:
+    """What a result stores: the raw counts, the messages they cover, and per message."""
+    return {"counts": counts, "messages": nmessages, "per_msg": per_message(counts, nmessages)}

@@ -1,0 +1,88 @@
+"""``load --count-syscalls``: the server's system calls per echoed message
+(``benchmarks.harness.syscounts``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import load
+from benchmarks.harness import syscounts
+from benchmarks.load import SUITE, LoadResult
+
+PERF_OUTPUT = """\
+12345,,raw_syscalls:sys_enter,3001234567,100.00,,
+4000,,syscalls:sys_enter_recvfrom,3001234567,100.00,,
+0,,syscalls:sys_enter_read,3001234567,100.00,,
+4000,,syscalls:sys_enter_sendto,3001234567,100.00,,
+100,,syscalls:sys_enter_epoll_wait,3001234567,100.00,,
+<not counted>,,syscalls:sys_enter_futex,0,0.00,,
+4000,,syscalls:sys_enter_mmap,3001234567,100.00,,
+4000,,syscalls:sys_enter_munmap,3001234567,100.00,,
+"""
+
+
+def test_parse_counts_by_name_and_total() -> None:
+    counts = syscounts.parse(PERF_OUTPUT)
+    assert counts == {
+        "total": 12345, "recvfrom": 4000, "read": 0, "sendto": 4000, "epoll_wait": 100, "mmap": 4000, "munmap": 4000,
+    }  # fmt: skip
+    assert syscounts.parse("") == {} and syscounts.parse("garbage\n1,2\n") == {}
+
+
+def test_per_message_and_brief() -> None:
+    per_msg = syscounts.per_message(syscounts.parse(PERF_OUTPUT), 4000)
+    assert "read" not in per_msg  # calls that never happened are left out
+    assert per_msg["recvfrom"] == 1.0 and per_msg["epoll_wait"] == pytest.approx(0.025)
+    # 12345/4000 = 3.09 in all; recv + send + poll + mm = 4.025, so nothing is left unexplained
+    assert syscounts.brief(per_msg) == "3.09 syscalls/msg (recv 1.00 send 1.00 poll 0.03 mm 2.00)"
+    per_msg["total"] = 5.0
+    assert syscounts.brief(per_msg).endswith("mm 2.00 other 0.97)")
+    assert syscounts.per_message({"total": 3}, 0) == {} and syscounts.brief({}) == "no syscall counts"
+
+
+def test_every_named_call_is_a_tracepoint() -> None:
+    assert syscounts.events()[0] == "raw_syscalls:sys_enter"
+    assert len(set(syscounts.events())) == len(syscounts.NAMES) + 1
+    assert all(name in syscounts.NAMES for names in syscounts.GROUPS.values() for name in names)
+
+
+def test_table_column_and_progress_line() -> None:
+    counted = LoadResult("readinto", "asyncio", 64, repeats=[{"loop_cpu_us_per_msg": 40.0, "msgs_per_s": 2e4}])
+    counted.extra["syscalls"] = syscounts.summary({"total": 2050, "recvfrom": 1000, "sendmsg": 1000}, 1000)
+    plain = LoadResult("asyncio-streams", "asyncio", 64, repeats=[{"loop_cpu_us_per_msg": 30.0, "msgs_per_s": 3e4}])
+    table = SUITE.format_table([counted, plain])
+    header = next(line for line in table.splitlines() if line.startswith("server"))
+    assert "srv CPU  sysc/msg  x asyncio-streams" in header and "sysc/msg: the server's system calls" in table
+    row = next(line for line in table.splitlines() if line.startswith("readinto "))
+    assert " 2.05 " in row
+    other = next(line for line in table.splitlines() if line.startswith("asyncio-streams "))
+    assert other.split()[-4] == "-"  # not counted
+    assert SUITE.brief(counted).endswith(", 2.05 syscalls/msg (recv 1.00 send 1.00 other 0.05)")
+    assert "syscalls/msg" not in SUITE.brief(plain)
+
+
+def test_count_syscalls_is_refused_where_perf_cannot_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syscounts, "unavailable", lambda: "perf is not installed")
+    with pytest.raises(SystemExit):
+        SUITE.parse_args(["--count-syscalls"])
+    assert SUITE.parse_args([]).count_syscalls is False
+
+
+@pytest.mark.skipif(syscounts.unavailable() is not None, reason=str(syscounts.unavailable()))
+def test_load_counts_the_servers_syscalls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A BufferedProtocol echo on asyncio's loop: one receive and one send per message."""
+    out = tmp_path / "load.json"
+    argv = ["--server", "asyncio-protocol", "--loop", "asyncio", "--client-loop", "asyncio", "--clients", "4"]
+    smoke = ["--duration", "0.3", "--repeat", "1", "--warmup", "0.1", "--count-syscalls", "--json", str(out)]
+    assert SUITE.main([*argv, *smoke]) == 0
+    assert "syscalls/msg (recv" in capsys.readouterr().err
+    (entry,) = json.loads(out.read_text())["results"]
+    syscalls = entry["syscalls"]
+    assert syscalls["messages"] == entry["messages_echoed_by_server"] > 0
+    per_msg = syscalls["per_msg"]
+    assert 0.98 <= per_msg["recvfrom"] <= 1.1 and 0.98 <= per_msg["sendto"] <= 1.1
+    assert per_msg["total"] >= per_msg["recvfrom"] + per_msg["sendto"]
+    assert load.SUITE.from_json(entry).extra["syscalls"]["per_msg"] == per_msg  # read back from the JSON
