@@ -576,7 +576,11 @@ class ReadIntoIOStream(IOStream):
             if state is None or state == _ERROR:
                 self._maybe_add_error_listener()
             return future
-        future = (_EagerReadFuture if self._eager_loop or _gilheld.held_until else _ReadFuture)(loop=self._loop)
+        if self._eager_loop or _gilheld.held_until:
+            future = _EagerReadFuture(loop=self._loop)
+            future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
+        else:
+            future = _ReadFuture(loop=self._loop)
         future._stream = self  # type: ignore[attr-defined]
         self._read_future = future
         core = self._core
@@ -622,7 +626,7 @@ class ReadIntoIOStream(IOStream):
             self._read_future = None
             future._stream = None  # type: ignore[attr-defined]
             if future.cancelled():
-                pass
+                pass  # cancelling a read closes its stream: nothing to resolve
             elif self._in_events and self._woken is None and isinstance(future, EagerFuture):
                 # In the readiness callback: its waiters run as it returns.
                 callbacks = future.set_result_eager(result)
