@@ -103,6 +103,18 @@ PURE_SERVERS: dict[str, tuple[str, str]] = {
 PURE_BUILD_ENV = {"TORNADO_READINTO_NO_EXTENSIONS": "1"}
 
 
+def pin_cpus() -> tuple[set[int], set[int]]:
+    """``--pin``: the server's CPU and the client's, the first two this
+    process may use.
+
+    :raises CaseFailed: fewer than two.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise h.CaseFailed(f"--pin needs two usable CPUs, this process has {cpus}")
+    return {cpus[0]}, {cpus[1]}
+
+
 def _all_servers() -> dict[str, tuple[str, str]]:
     """Every name ``--server`` takes: the load servers, the pure builds, the
     bounds, the spike."""
@@ -284,6 +296,12 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         p.add_argument("--client-loop", type=loop, help="the load client's event loop (default: uvloop if installed)")
         p.add_argument("--full", action="store_true", help="connections 1,16,64,256 (all servers, both loops)")
         p.add_argument(
+            "--pin",
+            action="store_true",
+            help="pin the server process to one CPU and the load client to another (their affinity), so that "
+            "neither preempts the other; needs two usable CPUs",
+        )
+        p.add_argument(
             "--count-syscalls",
             action="store_true",
             help="count the server's system calls by name over the whole run (perf stat on the syscall "
@@ -358,12 +376,14 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     return client_argv(first, pid)
 
                 client, server = h.run_server_and_client(
-                    server_argv, checked_client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None
-                )
+                    server_argv, checked_client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None,
+                    pin=pin_cpus() if getattr(args, "pin", False) else None,
+                )  # fmt: skip
                 _fill(result, client, server, args.repeat)
                 for counter in counters:
                     result.extra["syscalls"] = syscounts.summary(counter.finish(), server["messages"])
                 result.extra["compiled"] = started.get("compiled")
+                result.extra["server_cpus"] = started.get("cpus")
                 if pure and started.get("compiled") is not False:
                     raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {started}")
             except h.CaseFailed as exc:

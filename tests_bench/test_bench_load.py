@@ -682,6 +682,22 @@ def test_load_pure_build_servers_run_the_pure_build_beside_the_compiled_one(
     capsys.readouterr()
 
 
+def test_load_pin_puts_the_server_on_one_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--pin: the server process runs on the first usable CPU (it reports its
+    affinity), the client on the second."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two usable CPUs")
+    out = tmp_path / "load.json"
+    assert SUITE.main(["--server", "readinto", "--loop", "asyncio", "--pin", *SMOKE, "--json", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["results"]
+    assert entry["server_cpus"] == [cpus[0]]
+    assert load.pin_cpus() == ({cpus[0]}, {cpus[1]})
+    capsys.readouterr()
+
+
 def test_load_lower_bounds_run_on_both_loops_and_are_not_in_the_default_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -750,8 +766,8 @@ def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], m
 class _FailingProcess(processes.ChildProcess):
     """A server process that exits at once."""
 
-    def __init__(self, argv: list[str], stderr: Any, env: dict[str, str] | None = None) -> None:
-        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr, env)
+    def __init__(self, argv: list[str], stderr: Any, env: Any = None, cpus: Any = None) -> None:
+        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr, env, cpus)
 
 
 def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:

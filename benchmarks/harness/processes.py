@@ -42,11 +42,14 @@ class ChildProcess:
     """``python -m benchmarks.impls ARGV``, whose stdout JSON lines we read
     with deadlines; its stderr goes to the file ``stderr``."""
 
-    def __init__(self, argv: list[str], stderr: IO[bytes], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], stderr: IO[bytes], env: dict[str, str] | None = None, cpus: set[int] | None = None
+    ) -> None:
         self.argv = argv
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.impls", *argv], stdout=subprocess.PIPE, stderr=stderr,
             env={**child_env(), **(env or {})},
+            preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
         )  # fmt: skip
         self.stderr = stderr
         self._pending = b""
@@ -105,12 +108,14 @@ def run_server_and_client(
     client_argv: Callable[[dict[str, Any], int], list[str]],
     timeout_s: float,
     server_env: dict[str, str] | None = None,
+    pin: tuple[set[int], set[int]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start a server process (``server_env`` added to its environment), read
     its first line (its port...), start the client process with
     ``client_argv(first_line, server_pid)``; return the last lines of the
     client and of the server, each after it exited with status 0.  Both
-    processes are gone when this returns.
+    processes are gone when this returns.  ``pin``: the CPUs of the server
+    and of the client (their affinity), or None.
 
     :raises CaseFailed: a process failed, or was too slow (``timeout_s``
         for the client's run, `STARTUP_TIMEOUT_S` for the rest).
@@ -118,10 +123,11 @@ def run_server_and_client(
     processes: list[ChildProcess] = []
     with tempfile.TemporaryFile() as server_err, tempfile.TemporaryFile() as client_err:
         try:
-            server = ChildProcess(server_argv, server_err, server_env)
+            server_cpus, client_cpus = pin if pin is not None else (None, None)
+            server = ChildProcess(server_argv, server_err, server_env, server_cpus)
             processes.append(server)
             started = server.read_json_line(STARTUP_TIMEOUT_S)
-            client = ChildProcess(client_argv(started, server.proc.pid), client_err)
+            client = ChildProcess(client_argv(started, server.proc.pid), client_err, cpus=client_cpus)
             processes.append(client)
             client_out = client.finish(timeout_s + STARTUP_TIMEOUT_S)
             server_out = server.finish(STARTUP_TIMEOUT_S)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import threading
@@ -148,7 +149,8 @@ def _serve(impl: Any, listener: socket.socket, loop: str, args: argparse.Namespa
         "loop_tid": threading.get_native_id(),
         "gil_thread_tid": gil_thread.tid if gil_thread is not None else None,
     }
-    _emit({"port": listener.getsockname()[1], "compiled": _compiled(), **threads})
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    _emit({"port": listener.getsockname()[1], "compiled": _compiled(), "cpus": cpus, **threads})
     try:
         nmessages = impl.run_server(listener, loop, args.clients, args.timeout, **tls)
     finally:
