@@ -273,6 +273,14 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"build.{build}.readinto.{loop}.x-streams": load_ratio(f"load-{build}.json", "readinto", loop,
                                                               "asyncio-streams")
        for build in ("compiled", "pure") for loop in ("asyncio", "uvloop")},
+    # the two builds side by side in one run: pinned, and with a GIL-holding thread
+    **{f"builds.{server}.{loop}.x-pure": load_ratio("load-builds-pinned.json", server, loop, f"{server}-pure")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"builds.{server}.{loop}.x-streams": load_ratio("load-builds-pinned.json", server, loop, "asyncio-streams")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"builds-gil.{server}.{loop}.msgs-x-pure": load_ratio("load-builds-gil.json", server, loop, f"{server}-pure",
+                                                              metric="msgs_per_s")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
@@ -691,9 +699,11 @@ QUOTES: list[Quote] = [
                                   "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
                                   "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
-    Quote("docs/performance.rst", "costs {build.compiled.readinto.uvloop.x-streams:spread} uvloop Streams' CPU per "
-                                  "message, against {build.pure.readinto.uvloop.x-streams:spread} for the pure-Python "
-                                  "build"),
+    Quote("docs/performance.rst", "readinto's loop CPU per message was {builds.readinto.asyncio.x-pure:spread} the "
+                                  "pure build's on asyncio's loop and {builds.readinto.uvloop.x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "compiled readinto served {builds-gil.readinto.asyncio.msgs-x-pure:spread} the pure "
+                                  "build's messages per second on asyncio's loop and "
+                                  "{builds-gil.readinto.uvloop.msgs-x-pure:spread} on uvloop"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
