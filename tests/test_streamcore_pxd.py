@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tornado_readinto import _readcore, _streamcore, writebuffer
+from tornado_readinto import _readcore, _streamcore, framing, writebuffer
 
 from ._builds import slots_and_methods, source_path
 
@@ -29,6 +29,7 @@ def declarations(module):
         (_readcore, _readcore.ReadCore),
         (_streamcore, _streamcore.StreamCore),
         (writebuffer, writebuffer.ChunkedWriteBuffer),
+        (framing, framing.FrameReader),
     ],
 )
 def test_pxd_declares_every_slot_and_its_methods_exist(module, cls):

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The wire format of framed messages: header packing and an incremental reader.
 
 A message is a list of frames (byte strings, possibly empty; a message may also
@@ -294,6 +295,33 @@ class FrameReader:
 
     .. versionadded:: 0.1
     """
+
+    __slots__ = (
+        # the allocator and the limits
+        "_allocator",
+        "_max_frames",
+        "_max_frame_nbytes",
+        "_max_message_nbytes",
+        # buffers of the header, reused for every message
+        "_count_view",
+        "_small_lengths_view",
+        # the error that poisoned the reader, or None
+        "_error",
+        # the current message (see _reset)
+        "_stage",
+        "_header_filled",
+        "_nframes",
+        "_lengths_view",
+        "_lengths",
+        "_frames",
+        "_frame_index",
+        "_frame_filled",
+        "_expected",
+        "_received",
+        "_handed",
+        # weakly referable, as before it had slots
+        "__weakref__",
+    )
 
     def __init__(
         self,
