@@ -513,7 +513,8 @@ class FrameReader:
         """
         if self._error is not None:
             self._check_usable()  # raises
-        nbytes = operator.index(nbytes)
+        if type(nbytes) is not int:
+            nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"buffer_updated() got a negative nbytes: {nbytes}")
         handed = self._handed
