@@ -49,6 +49,11 @@ drive the same `FrameReader`.
 # after any error the reader is "poisoned" and every later call raises
 # FramingError, because the byte stream can no longer be resynchronized.  The
 # stream layer closes the connection.
+#
+# Compiled, FrameReader is typed by framing.pxd (C fields for the stage and
+# the positions, cdef helpers, cpdef methods that ReadCore calls in C).  Sizes
+# from the wire and the limits stay Python ints until they have passed the
+# limits: a u64 need not fit a C size.
 
 from __future__ import annotations
 

@@ -48,6 +48,11 @@ neither Tornado nor ``socket``.
 # ours.  Views of chunks are cut from a temporary full view that is released at
 # once, so that only the caller's slice pins the chunk (matters on PyPy, where
 # unreleased views live until the GC runs).
+#
+# Compiled, the class is typed by writebuffer.pxd (C size fields, cpdef
+# methods that StreamCore calls in C).  The sizes a caller passes stay Python
+# ints until they are checked (or capped at what is queued), so a huge size
+# behaves as in the pure build, never as an OverflowError.
 
 from __future__ import annotations
 
