@@ -1,8 +1,11 @@
 """Build the compiled core: Cython's pure-Python mode compiles
-``tornado_readinto/_readcore.py`` and ``_streamcore.py`` (the same ``.py``
-files, typed by their ``.pxd``) into extension modules of the same names,
-and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket calls
-(C only: their pure twin is ``_gilheld``'s ctypes code).
+``tornado_readinto/_readcore.py``, ``_streamcore.py``, ``writebuffer.py``
+and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
+``busypoll.py`` (as it is, no ``.pxd``) into extension modules of the same
+names, and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket
+calls (C only: their pure twin is ``_gilheld``'s ctypes code).  The typed
+modules cimport each other's classes (``_streamcore`` the write queue,
+``_readcore`` the frame reader), one more reason to build all or none.
 
 Everything else (metadata, packages, requirements) is in ``setup.cfg``.
 
@@ -20,7 +23,8 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules compiled: the same .py, typed by the .pxd beside it.
+#: The modules compiled: the same .py, typed by the .pxd beside it (all but
+#: busypoll, which is compiled as it is).
 COMPILED_MODULES = (
     "tornado_readinto._readcore",
     "tornado_readinto._streamcore",
@@ -50,7 +54,8 @@ _FALLBACK = "tornado_readinto: the compiled core was not built ({}); the package
 
 class OptionalBuildExt(build_ext):
     """``build_ext`` whose failure is not the install's: all extensions or
-    none (the compiled ``_streamcore`` needs the compiled ``_readcore``)."""
+    none (the compiled ``_streamcore`` needs the compiled ``_readcore`` and
+    ``writebuffer``, and ``_readcore`` the compiled ``framing``)."""
 
     def run(self) -> None:
         try:

@@ -634,6 +634,63 @@ def test_reader_allocator_exception_propagates_and_poisons() -> None:
         reader.get_buffer()
 
 
+@pytest.mark.parametrize("style", ["feed", "recv"])
+def test_reader_hands_wire_sizes_beyond_c_sizes_to_the_allocator(style: str) -> None:
+    """With limits above what a C size holds, a u64 length from the wire goes
+    to the allocator as the int it is, in both builds (the compiled reader
+    keeps wire values as Python ints until they have passed the limits)."""
+    asked: list[int] = []
+
+    def allocator(nbytes: int) -> bytearray:
+        asked.append(nbytes)
+        raise MemoryError(f"no {nbytes} bytes")
+
+    huge = 2**70
+    reader = FrameReader(allocator, max_frames=huge, max_frame_nbytes=huge, max_message_nbytes=huge)
+    header = struct.pack("<QQQ", 2, 2**64 - 1, 2**64 - 1)
+    with pytest.raises(MemoryError):
+        if style == "feed":
+            reader.feed(header + b"x")
+        else:
+            while True:
+                view = reader.get_buffer()
+                n = min(len(view), len(header))
+                view[:n] = header[:n]
+                header = header[n:]
+                reader.buffer_updated(n)
+    assert asked == [2**64 - 1]
+    assert reader.expected_nbytes == 24 + 2 * (2**64 - 1)
+    with pytest.raises(FramingError, match="earlier error"):
+        reader.next_message()
+
+
+def test_reader_subclass_overrides_are_called_by_the_reader_itself() -> None:
+    """A subclass's override of a method is what the reader's own calls run
+    (the compiled reader's C calls dispatch to Python overrides)."""
+    calls: list[str] = []
+
+    class Recording(FrameReader):
+        def get_buffer(self) -> memoryview:
+            calls.append("get_buffer")
+            return super().get_buffer()
+
+    reader = Recording()
+    [view] = reader.get_buffers(4)  # asks get_buffer() while in the header
+    assert calls == ["get_buffer"] and len(view) == 8
+    reader.extra = "a subclass has a __dict__"  # type: ignore[attr-defined]
+
+
+def test_reader_takes_no_new_attributes_and_is_weakly_referable() -> None:
+    """The same in both builds: ``__slots__`` (pure), the extension type
+    (compiled)."""
+    import weakref
+
+    reader = FrameReader()
+    with pytest.raises(AttributeError):
+        reader.anything = 1  # type: ignore[attr-defined]
+    assert weakref.ref(reader)() is reader
+
+
 # -- constructor and pack_header validation -------------------------------
 
 

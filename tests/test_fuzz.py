@@ -26,10 +26,13 @@ def test_fuzz_property_catches_a_broken_reader(monkeypatch):
     FramingError is reported."""
     import fuzz_frame_reader
 
-    def broken_feed(self, data):
-        raise IndexError("boom")
+    # A subclass, not a patched method: the compiled FrameReader is an
+    # extension type, whose methods cannot be replaced.
+    class BrokenReader(fuzz_frame_reader.FrameReader):
+        def feed(self, data):
+            raise IndexError("boom")
 
-    monkeypatch.setattr(fuzz_frame_reader.FrameReader, "feed", broken_feed)
+    monkeypatch.setattr(fuzz_frame_reader, "FrameReader", BrokenReader)
     with pytest.raises(IndexError):
         check_one_input(b"\x00" + b"\x01" * 16)
 

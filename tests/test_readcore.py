@@ -822,6 +822,51 @@ def test_readcore_message_errors() -> None:
     assert (exc.expected, exc.received, exc.what) == (22, 20, "frame 0 of 1")
 
 
+def test_readcore_message_reader_of_any_kind() -> None:
+    """read_message drives any MessageReader: a FrameReader subclass's
+    overrides run (the compiled core calls a FrameReader in C, which
+    dispatches to them), and another reader's results come back as they are."""
+
+    class Counting(FrameReader):
+        def feed(self, data: Any) -> int:
+            self.fed += 1  # type: ignore[attr-defined]
+            return super().feed(data)
+
+    core = ReadCore()
+    core.replace_buffered(frames_message([b"ab"]) + b"xy")
+    reader = Counting()
+    reader.fed = 0  # type: ignore[attr-defined]
+    assert [bytes(f) for f in core.read_message(reader)] == [b"ab"]
+    assert reader.fed == 1  # type: ignore[attr-defined]
+
+    class OneByte:
+        """A MessageReader (not a FrameReader) whose messages are one byte."""
+
+        in_message = False
+        expected_nbytes = 1
+        received_nbytes = 0
+        byte = b""
+
+        def describe_progress(self) -> str:
+            return "a byte"
+
+        def get_buffer(self) -> memoryview:
+            return memoryview(bytearray(1))
+
+        def buffer_updated(self, nbytes: int) -> None:
+            pass
+
+        def feed(self, data: Any) -> int:
+            self.byte = bytes(data[:1])
+            return 1
+
+        def next_message(self) -> Any:
+            return ("message", self.byte)
+
+    assert core.read_message(OneByte()) == ("message", b"x")
+    assert core.peek_buffered() == b"y"
+
+
 def test_readcore_message_error_in_buffered_bytes_at_start() -> None:
     core = ReadCore()
     core.replace_buffered(frames_message([b"a", b"b", b"c"]))

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tornado_readinto import _readcore, _streamcore
+from tornado_readinto import _readcore, _streamcore, framing, writebuffer
 
 from ._builds import slots_and_methods, source_path
 
@@ -23,7 +23,15 @@ def declarations(module):
     return fields, methods
 
 
-@pytest.mark.parametrize("module, cls", [(_readcore, _readcore.ReadCore), (_streamcore, _streamcore.StreamCore)])
+@pytest.mark.parametrize(
+    "module, cls",
+    [
+        (_readcore, _readcore.ReadCore),
+        (_streamcore, _streamcore.StreamCore),
+        (writebuffer, writebuffer.ChunkedWriteBuffer),
+        (framing, framing.FrameReader),
+    ],
+)
 def test_pxd_declares_every_slot_and_its_methods_exist(module, cls):
     fields, methods = declarations(module)
     slots, defined = slots_and_methods(module, cls.__name__)  # the source, whichever build runs

@@ -426,6 +426,54 @@ def test_constructor_rejects_bad_arguments() -> None:
         ChunkedWriteBuffer(chunk_nbytes=0)
 
 
+def test_constructor_takes_ints_only_and_caps_them() -> None:
+    """Both builds alike: the compiled one stores the sizes as C fields."""
+    for bad in (1.5, "8", None):
+        with pytest.raises(TypeError, match="must be an int"):
+            ChunkedWriteBuffer(large_buf_threshold=bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="must be an int"):
+            ChunkedWriteBuffer(chunk_nbytes=bad)  # type: ignore[arg-type]
+    buf = ChunkedWriteBuffer(large_buf_threshold=2**70, chunk_nbytes=2**64)
+    assert buf._large_buf_threshold == buf._chunk_nbytes == sys.maxsize
+    data = bytearray(b"x" * 100_000)
+    buf.append(data)
+    assert_resizable(data)  # copied: no piece is over the threshold
+    numpy_int = pytest.importorskip("numpy").int64(16)
+    assert ChunkedWriteBuffer(large_buf_threshold=numpy_int)._large_buf_threshold == 16
+
+
+def test_sizes_beyond_the_queue_are_no_error() -> None:
+    """Huge (but valid) sizes are taken as the pure build takes them, never
+    an OverflowError from a C size."""
+    buf = ChunkedWriteBuffer(large_buf_threshold=4)
+    buf.append(b"ab")
+    buf.append(b"cdefghij")
+    with buf.peek(2**70) as view:
+        assert view.tobytes() == b"ab"
+    views = buf.peek_buffers(2**70, 2**70)
+    assert [v.tobytes() for v in views] == [b"ab", b"cdefghij"]
+    for v in views:
+        v.release()
+    with pytest.raises(ValueError, match="cannot advance by"):
+        buf.advance(2**70)
+    assert len(buf) == 10
+
+
+def test_instances_take_no_new_attributes() -> None:
+    """``__slots__`` (pure) and the extension type (compiled) alike."""
+    buf = ChunkedWriteBuffer()
+    with pytest.raises(AttributeError):
+        buf.anything = 1  # type: ignore[attr-defined]
+
+    class Sub(ChunkedWriteBuffer):
+        pass
+
+    sub = Sub(4)
+    sub.anything = 1  # a subclass has a __dict__, in both builds
+    sub.append(b"abcdef")
+    assert drain_bytes(sub) == b"abcdef" and repr(sub).startswith("<Sub nbytes=6 ")
+
+
 def test_defaults_are_documented_values() -> None:
     buf = ChunkedWriteBuffer()
     assert buf._large_buf_threshold == writebuffer.DEFAULT_LARGE_BUF_THRESHOLD

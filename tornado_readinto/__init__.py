@@ -58,7 +58,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 
 #: The modules that have a compiled build (``setup.py`` compiles the same
-#: ``.py``, typed by the ``.pxd`` beside it).
+#: ``.py``, typed by the ``.pxd`` beside it; ``busypoll`` has none).
 _COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore", "writebuffer", "busypoll", "framing")
 
 #: The modules that exist only compiled (``setup.py`` compiles a ``.pyx``;

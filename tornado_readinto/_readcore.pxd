@@ -2,6 +2,11 @@
 # (the compiled core): the same .py, typed by this file.  See _streamcore.pxd for the
 # states of a stream's core.
 
+cimport cython
+
+from tornado_readinto.framing cimport FrameReader
+
+
 cdef class ReadCore:
     # -- limits (Tornado's read_chunk_size and max_buffer_size) --
     cdef public Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound
@@ -24,7 +29,8 @@ cdef class ReadCore:
     cdef object _regex                        # compiled pattern or None
     cdef object _max_bytes                    # int or None
     cdef readonly Py_ssize_t _scanned         # bytes searched in vain (read_until, read_until_regex)
-    cdef object _reader                       # MessageReader or None
+    cdef FrameReader _reader                  # read_message's reader (a _ForeignReader for any other
+                                              # MessageReader), or None: its calls are C calls
     cdef readonly object _lent                # the view get_buffer handed out last, or None
     cdef bint _direct                         # ...and whether it is the pending read's own buffer
 
@@ -37,9 +43,11 @@ cdef class ReadCore:
     cpdef object read_message(self, object reader)
     # The BufferedProtocol shape.
     cpdef object get_buffer(self, Py_ssize_t sizehint=*)
+    @cython.locals(reader=FrameReader)
     cpdef object buffer_updated(self, Py_ssize_t nbytes, bint more=*)
     cpdef object search(self)
     cpdef object eof_received(self, bint clean=*)
+    @cython.locals(reader=FrameReader)
     cpdef object connection_lost(self, object real_error=*)
     # Internals (no Python call).
     cdef object _drop_lent(self)
@@ -49,7 +57,7 @@ cdef class ReadCore:
     cdef object _find_delimiter(self)
     cdef object _find_regex(self)
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)
-    cdef object _feed_reader(self, object reader)
+    cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)

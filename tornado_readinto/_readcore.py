@@ -47,7 +47,7 @@ from typing import Any, Final
 
 from ._tornado_compat import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
 from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
-from .framing import NEED_DATA, MessageReader
+from .framing import NEED_DATA, FrameReader, MessageReader
 
 __all__ = ["ReadCore", "PENDING", "DIRECT_READ_MIN_NBYTES"]
 
@@ -91,6 +91,52 @@ _MESSAGE: Final = 6
 
 # Handed out when nothing may be received (idle, read-ahead full).
 _NO_ROOM: Final = memoryview(bytearray())
+
+
+class _ForeignReader(FrameReader):
+    """A `MessageReader` that is not a `FrameReader`, as one.
+
+    The core holds its pending reader as a `FrameReader`, a C type in the
+    compiled build, whose methods the core then calls in C.  Any other reader
+    goes through this forwarder: one call more per call, and the reader's own
+    results and errors.
+    """
+
+    __slots__ = ("reader",)
+
+    def __init__(self, reader: MessageReader) -> None:
+        # No FrameReader state of its own: the core calls only what is below.
+        self.reader = reader
+
+    @property
+    def in_message(self) -> bool:
+        return self.reader.in_message
+
+    @property
+    def expected_nbytes(self) -> int:
+        return self.reader.expected_nbytes
+
+    @property
+    def received_nbytes(self) -> int:
+        return self.reader.received_nbytes
+
+    def describe_progress(self) -> str:
+        return self.reader.describe_progress()
+
+    def get_buffer(self) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.reader.buffer_updated(nbytes)
+
+    def feed(self, data: Any) -> int:
+        return self.reader.feed(data)
+
+    def next_message(self) -> Any:
+        return self.reader.next_message()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.reader!r}>"
 
 
 class ReadCore:
@@ -178,7 +224,9 @@ class ReadCore:
         self._max_bytes: int | None = None
         # Buffered bytes already searched in vain by the pending read_until.
         self._scanned = 0
-        self._reader: MessageReader | None = None
+        # The pending read_message's reader (another MessageReader than a
+        # FrameReader is held as a _ForeignReader).
+        self._reader: FrameReader | None = None
         # The view handed out by the last get_buffer (released by the next
         # call), and whether it is the pending read's own buffer.
         self._lent: memoryview | None = None
@@ -375,6 +423,8 @@ class ReadCore:
         if self._mode != _IDLE:
             raise BufferBusyError("a read is already in progress on this stream")
         self._mode = _MESSAGE
+        if type(reader) is not FrameReader and not isinstance(reader, FrameReader):  # (exact type first: no call)
+            reader = _ForeignReader(reader)
         self._reader = reader
         if self.buffered_nbytes:
             return self._feed_reader(reader)
@@ -721,12 +771,15 @@ class ReadCore:
             # Tornado's message, word for word.
             raise UnsatisfiableReadError(f"delimiter {delimiter!r} not found within {max_bytes} bytes")
 
-    def _feed_reader(self, reader: MessageReader) -> Any:
+    def _feed_reader(self, reader: FrameReader) -> Any:
         """Hand the bytes read ahead to the pending ``reader``."""
         assert self._ra_view is not None
         start = self._start
-        with self._ra_view[start : start + self.buffered_nbytes] as data:
+        data = self._ra_view[start : start + self.buffered_nbytes]
+        try:  # (not `with`: the C compiler cannot tell that a C count set in it is set after it)
             consumed = reader.feed(data)
+        finally:
+            data.release()
         self._take_nbytes(consumed)
         message = reader.next_message()
         if message is NEED_DATA:

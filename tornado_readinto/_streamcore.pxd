@@ -51,6 +51,7 @@
 #                    +--------+
 
 from tornado_readinto._readcore cimport ReadCore
+from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
 
 cdef class StreamCore(ReadCore):
@@ -66,7 +67,7 @@ cdef class StreamCore(ReadCore):
     cdef public Py_ssize_t nbytes_received
     cdef public object busy_poll              # BusyPoll or None
     # -- the write queue and the cork --
-    cdef public object write_buffer           # ChunkedWriteBuffer
+    cdef public ChunkedWriteBuffer write_buffer   # typed: its append/peek_buffers/advance are C calls
     cdef public Py_ssize_t write_index        # bytes ever queued (Tornado's _total_write_index)
     cdef public Py_ssize_t done_index         # bytes ever sent (Tornado's _total_write_done_index)
     cdef public Py_ssize_t cork_nbytes        # bytes at the end of the queue held by the cork

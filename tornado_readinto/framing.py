@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The wire format of framed messages: header packing and an incremental reader.
 
 A message is a list of frames (byte strings, possibly empty; a message may also
@@ -48,6 +49,11 @@ drive the same `FrameReader`.
 # after any error the reader is "poisoned" and every later call raises
 # FramingError, because the byte stream can no longer be resynchronized.  The
 # stream layer closes the connection.
+#
+# Compiled, FrameReader is typed by framing.pxd (C fields for the stage and
+# the positions, cdef helpers, cpdef methods that ReadCore calls in C).  Sizes
+# from the wire and the limits stay Python ints until they have passed the
+# limits: a u64 need not fit a C size.
 
 from __future__ import annotations
 
@@ -295,6 +301,33 @@ class FrameReader:
     .. versionadded:: 0.1
     """
 
+    __slots__ = (
+        # the allocator and the limits
+        "_allocator",
+        "_max_frames",
+        "_max_frame_nbytes",
+        "_max_message_nbytes",
+        # buffers of the header, reused for every message
+        "_count_view",
+        "_small_lengths_view",
+        # the error that poisoned the reader, or None
+        "_error",
+        # the current message (see _reset)
+        "_stage",
+        "_header_filled",
+        "_nframes",
+        "_lengths_view",
+        "_lengths",
+        "_frames",
+        "_frame_index",
+        "_frame_filled",
+        "_expected",
+        "_received",
+        "_handed",
+        # weakly referable, as before it had slots
+        "__weakref__",
+    )
+
     def __init__(
         self,
         allocator: Allocator | None = None,
@@ -485,7 +518,8 @@ class FrameReader:
         """
         if self._error is not None:
             self._check_usable()  # raises
-        nbytes = operator.index(nbytes)
+        if type(nbytes) is not int:
+            nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"buffer_updated() got a negative nbytes: {nbytes}")
         handed = self._handed

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """The write side's queue of outgoing bytes: `ChunkedWriteBuffer`.
 
 A drop-in for Tornado's private ``tornado.iostream._StreamBuffer`` (same
@@ -47,10 +48,17 @@ neither Tornado nor ``socket``.
 # ours.  Views of chunks are cut from a temporary full view that is released at
 # once, so that only the caller's slice pins the chunk (matters on PyPy, where
 # unreleased views live until the GC runs).
+#
+# Compiled, the class is typed by writebuffer.pxd (C size fields, cpdef
+# methods that StreamCore calls in C).  The sizes a caller passes stay Python
+# ints until they are checked (or capped at what is queued), so a huge size
+# behaves as in the pure build, never as an OverflowError.
 
 from __future__ import annotations
 
 import collections
+import operator
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +100,18 @@ DEFAULT_LARGE_BUF_THRESHOLD = 8 * 1024
 # the heap and do not cost an mmap/munmap pair each.
 DEFAULT_CHUNK_NBYTES = 64 * 1024
 
+
+def _size_argument(name: str, value: int) -> int:
+    """``value`` as an int (``operator.index``), capped at ``sys.maxsize``: a
+    larger size is as good as infinite, and the compiled build stores sizes as
+    C ``Py_ssize_t`` fields (see ``writebuffer.pxd``), so both builds agree."""
+    try:
+        size = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    return size if size < sys.maxsize else sys.maxsize
+
+
 class ChunkedWriteBuffer:
     """A queue of bytes to send that copies small writes and references
     large ones.
@@ -114,6 +134,8 @@ class ChunkedWriteBuffer:
         ``_chunk_nbytes`` and read on every `append`.
     :raises ValueError: if either argument is negative or ``chunk_nbytes`` is
         zero.
+    :raises TypeError: if either argument is not an int (values over
+        ``sys.maxsize`` are stored as ``sys.maxsize``: no limit).
 
     .. versionadded:: 0.1
     """
@@ -125,6 +147,8 @@ class ChunkedWriteBuffer:
         large_buf_threshold: int = DEFAULT_LARGE_BUF_THRESHOLD,
         chunk_nbytes: int = DEFAULT_CHUNK_NBYTES,
     ) -> None:
+        large_buf_threshold = _size_argument("large_buf_threshold", large_buf_threshold)
+        chunk_nbytes = _size_argument("chunk_nbytes", chunk_nbytes)
         if large_buf_threshold < 0:
             raise ValueError(f"large_buf_threshold must be >= 0, got {large_buf_threshold}")
         if chunk_nbytes < 1:
@@ -286,7 +310,10 @@ class ChunkedWriteBuffer:
             raise ValueError(f"max_nbytes must be positive, got {max_nbytes}")
         views: list[memoryview] = []
         pos = self._first_pos
-        remaining = max_nbytes
+        # Never more than is queued (which also keeps the count a C size in
+        # the compiled build, whatever int the caller passed).
+        remaining = max_nbytes if max_nbytes < self._nbytes else self._nbytes
+        nviews = max_buffers if max_buffers < len(self._buffers) else len(self._buffers)
         for seg in self._buffers:
             seg_nbytes = len(seg)
             end = seg_nbytes if seg_nbytes - pos < remaining else pos + remaining
@@ -301,7 +328,7 @@ class ChunkedWriteBuffer:
                 # release our segment.
                 views.append(seg[pos:end])  # type: ignore[arg-type]
             remaining -= end - pos
-            if remaining == 0 or len(views) == max_buffers:
+            if remaining == 0 or len(views) == nviews:
                 break
             pos = 0
         return views
@@ -321,21 +348,22 @@ class ChunkedWriteBuffer:
         """
         if nbytes <= 0 or nbytes > self._nbytes:
             raise ValueError(f"cannot advance by {nbytes} bytes, {self._nbytes} bytes are queued")
-        self._nbytes -= nbytes
+        todo = nbytes  # in range now (a C size in the compiled build)
+        self._nbytes -= todo
         buffers = self._buffers
         pos = self._first_pos
         while True:
             seg = buffers[0]
             left = len(seg) - pos
-            if nbytes < left:
-                pos += nbytes
+            if todo < left:
+                pos += todo
                 break
             buffers.popleft()
             if type(seg) is memoryview:
                 seg.release()
             pos = 0
-            nbytes -= left
-            if nbytes == 0:
+            todo -= left
+            if todo == 0:
                 break
         self._first_pos = pos
 
