@@ -701,6 +701,12 @@ QUOTES: list[Quote] = [
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
     Quote("docs/performance.rst", "readinto's loop CPU per message was {builds.readinto.asyncio.x-pure:spread} the "
                                   "pure build's on asyncio's loop and {builds.readinto.uvloop.x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "FramedStream's was {builds.framed-pool.asyncio.x-pure:spread} and "
+                                  "{builds.framed-pool.uvloop.x-pure:spread}"),
+    Quote("docs/performance.rst", "compiled readinto costs {builds.readinto.uvloop.x-streams:spread} on uvloop and "
+                                  "{builds.readinto.asyncio.x-streams:spread} on asyncio's loop, FramedStream "
+                                  "{builds.framed-pool.uvloop.x-streams:spread} and "
+                                  "{builds.framed-pool.asyncio.x-streams:spread}"),
     Quote("docs/performance.rst", "compiled readinto served {builds-gil.readinto.asyncio.msgs-x-pure:spread} the pure "
                                   "build's messages per second on asyncio's loop and "
                                   "{builds-gil.readinto.uvloop.msgs-x-pure:spread} on uvloop"),
