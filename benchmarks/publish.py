@@ -700,7 +700,8 @@ QUOTES: list[Quote] = [
                                   "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
     Quote("docs/performance.rst", "readinto's loop CPU per message was {builds.readinto.asyncio.x-pure:spread} the "
-                                  "pure build's on asyncio's loop and {builds.readinto.uvloop.x-pure:spread} on uvloop"),
+                                  "pure build's on asyncio's loop and {builds.readinto.uvloop.x-pure:spread} on "
+                                  "uvloop"),
     Quote("docs/performance.rst", "FramedStream's was {builds.framed-pool.asyncio.x-pure:spread} and "
                                   "{builds.framed-pool.uvloop.x-pure:spread}"),
     Quote("docs/performance.rst", "compiled readinto costs {builds.readinto.uvloop.x-streams:spread} on uvloop and "
