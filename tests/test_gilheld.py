@@ -410,12 +410,19 @@ def test_held_calls_report_a_reset_peer_and_a_broken_pipe_as_closed_streams(loop
     run(main(), loop=loop_name)
 
 
-def test_with_a_thread_running_python_the_streams_switch_to_held_calls(loop_name, monkeypatch):
+@pytest.mark.parametrize("interval_s", [None, 5e-4], ids=["default-interval", "interval-500us"])
+def test_with_a_thread_running_python_the_streams_switch_to_held_calls(
+    loop_name, monkeypatch, switch_interval, interval_s
+):
     """Real contention: a thread runs Python beside the loop, so the loop
     thread's socket calls lose the GIL to it, the stream sees such a stall
     and switches to the held calls, and the echo goes on, byte for byte.
-    (HOLD_S is stretched so that no probe ends the switch mid-test on a slow
+    Also at a 0.5 ms switch interval (the dask backend's opt-in), where a
+    hand-off lasts about 0.5 ms, under the 2 ms default threshold.  (HOLD_S
+    is stretched so that no probe ends the switch mid-test on a slow
     machine.)"""
+    if interval_s is not None:
+        switch_interval(interval_s)
     monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
     monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # a policy to watch, even on one CPU
 
@@ -487,33 +494,6 @@ def test_a_hand_off_as_long_as_a_short_switch_interval_counts_as_a_stall(
             with idle_thread():
                 await _echo_rounds(server, client, 3)
                 assert (_gilheld.held_until > 0) is switches
-        finally:
-            server.close()
-            client.close()
-
-    run(main(), loop=loop_name)
-
-
-def test_at_a_half_millisecond_switch_interval_a_python_thread_still_switches_to_held_calls(
-    loop_name, monkeypatch, switch_interval
-):
-    """Real contention at a 0.5 ms switch interval (the dask backend's
-    opt-in): the loop thread's hand-offs last about 0.5 ms, under the 2 ms
-    default threshold, and the stream still sees them and switches to the
-    held calls; the echo goes on byte for byte."""
-    switch_interval(5e-4)
-    monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)
-
-    async def main():
-        server, client = await stream_pair(ReadIntoIOStream)
-        try:
-            with gil_holding_thread():
-                for _ in range(200):  # bounded: the first stall switches
-                    await _echo_rounds(server, client, 5)
-                    if _gilheld.held(_streamcore.perf_counter()):
-                        break
-                assert _gilheld.held(_streamcore.perf_counter())
-                await _echo_rounds(server, client, 20)
         finally:
             server.close()
             client.close()
