@@ -281,6 +281,11 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"builds-gil.{server}.{loop}.msgs-x-pure": load_ratio("load-builds-gil.json", server, loop, f"{server}-pure",
                                                               metric="msgs_per_s")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"builds-tls.readinto.{loop}.msgs-x-stock": load_ratio("load-builds-tls.json", "readinto", loop, "stock",
+                                                               metric="msgs_per_s")
+       for loop in ("asyncio", "uvloop")},
+    "builds.dask.rpc": dask_ratio("dask-rpc-builds.json", "rpc"),
+    "builds.dask.tls-rpc": dask_ratio("dask-rpc-builds.json", "rpc", "readinto-tls"),
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
@@ -711,6 +716,10 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "compiled readinto served {builds-gil.readinto.asyncio.msgs-x-pure:spread} the pure "
                                   "build's messages per second on asyncio's loop and "
                                   "{builds-gil.readinto.uvloop.msgs-x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "readinto served {builds-tls.readinto.asyncio.msgs-x-stock:spread} stock "
+                                  "SSLIOStream's messages per second on asyncio's loop and "
+                                  "{builds-tls.readinto.uvloop.msgs-x-stock:spread} on uvloop"),
+    Quote("docs/performance.rst", "RPCs at {builds.dask.rpc:spread} tcp:// and {builds.dask.tls-rpc:spread} tls://"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
