@@ -131,10 +131,27 @@ def ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None:
     ratio of the medians for a rate, its inverse for a time (>1: faster)."""
     if result.is_baseline or result.metric.by_difference:
         return None
-    theirs = h.find_baseline(
+    return h.median_ratio(result, baseline_of(results, result), "value",
+                          lower_is_better=not result.metric.higher_is_better)  # fmt: skip
+
+
+def difference(results: Sequence[DaskResult], result: DaskResult) -> float | None:
+    """``result``'s median minus its baseline's, for a metric compared by
+    difference (`Metric.by_difference`); None otherwise."""
+    if result.is_baseline or not result.metric.by_difference or not result.ok:
+        return None
+    theirs = baseline_of(results, result)
+    if theirs is None or not theirs.ok:
+        return None
+    mine, base = result.median("value"), theirs.median("value")
+    return None if mine is None or base is None else mine - base
+
+
+def baseline_of(results: Sequence[DaskResult], result: DaskResult) -> DaskResult | None:
+    """The baseline protocol's result of ``result``'s workload, or None."""
+    return h.find_baseline(
         results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
     )
-    return h.median_ratio(result, theirs, "value", lower_is_better=not result.metric.higher_is_better)
 
 
 # -- task functions (run on the workers) ----------------------------------------------------------
@@ -588,20 +605,6 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
             if "busy-worker" in runnable:  # after the shared clusters are gone
                 results += busy.run_busy_worker((baseline, readinto), security, args, progress)
     return results
-
-
-def difference(results: Sequence[DaskResult], result: DaskResult) -> float | None:
-    """``result``'s median minus its baseline's, for a metric compared by
-    difference (`Metric.by_difference`); None otherwise."""
-    if result.is_baseline or not result.metric.by_difference or not result.ok:
-        return None
-    theirs = h.find_baseline(
-        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
-    )
-    if theirs is None or not theirs.ok:
-        return None
-    mine, base = result.median("value"), theirs.median("value")
-    return None if mine is None or base is None else mine - base
 
 
 def _difference_cell(results: Sequence[DaskResult], r: DaskResult) -> str:
