@@ -350,11 +350,13 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         common = ["--clients", str(case.clients), "--timeout", f"{timeout:g}"]
         gil_thread = ["--gil-thread"] if case.gil_thread else []
         counters: list[syscounts.SyscallCounter] = []
+        first_line: dict[str, Any] = {}  # the server's: its port, its build, its CPUs...
         with _cert_files(case.tls) as (cert_file, ca_file):
             tls_server = ["--tls-cert", cert_file] if cert_file else []
             tls_client = ["--tls-ca", ca_file] if ca_file else []
 
             def client_argv(started: dict[str, Any], server_pid: int) -> list[str]:
+                first_line.update(started)
                 argv = [
                     "load-client", *common, "--port", str(started["port"]), "--server-pid", str(server_pid),
                     "--server-tid", str(started["loop_tid"]),
@@ -369,23 +371,17 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common]
             try:
                 pure = case.server in PURE_SERVERS
-                started: dict[str, Any] = {}
-
-                def checked_client_argv(first: dict[str, Any], pid: int) -> list[str]:
-                    started.update(first)
-                    return client_argv(first, pid)
-
                 client, server = h.run_server_and_client(
-                    server_argv, checked_client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None,
+                    server_argv, client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None,
                     pin=pin_cpus() if getattr(args, "pin", False) else None,
                 )  # fmt: skip
                 _fill(result, client, server, args.repeat)
                 for counter in counters:
                     result.extra["syscalls"] = syscounts.summary(counter.finish(), server["messages"])
-                result.extra["compiled"] = started.get("compiled")
-                result.extra["server_cpus"] = started.get("cpus")
-                if pure and started.get("compiled") is not False:
-                    raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {started}")
+                result.extra["compiled"] = first_line.get("compiled")
+                result.extra["server_cpus"] = first_line.get("cpus")
+                if pure and first_line.get("compiled") is not False:
+                    raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {first_line}")
             except h.CaseFailed as exc:
                 result.error = str(exc)
             finally:
