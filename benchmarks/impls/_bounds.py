@@ -240,8 +240,9 @@ class TornadoBoundStream(FloorStream):
         start = perf_counter()
         received = super()._recv(view)
         end = perf_counter()
-        if _gilheld.stalled(end - start, received or 0):
-            _gilheld.note_stall(end)
+        if end - start > _gilheld.MIN_STALL_S + (received or 0) * _gilheld.COPY_S_PER_BYTE:  # as the core
+            if _gilheld.stalled(end - start, received or 0):
+                _gilheld.note_stall(end)
         if received is None or received < len(view):
             self._readable_hint = False
             self._drained_at = end
@@ -255,8 +256,9 @@ class TornadoBoundStream(FloorStream):
         start = perf_counter()
         sent = super()._send(buffers)
         end = perf_counter()
-        if _gilheld.stalled(end - start, sent):
-            _gilheld.note_stall(end)
+        if end - start > _gilheld.MIN_STALL_S + sent * _gilheld.COPY_S_PER_BYTE:  # as the core
+            if _gilheld.stalled(end - start, sent):
+                _gilheld.note_stall(end)
         return sent
 
     def _park(self) -> None:
