@@ -34,9 +34,10 @@ for the whole process (`note_stall`) for `HOLD_S`.  The threshold follows
 the interpreter's switch interval (`stall_threshold`): `STALL_S` at the
 default 5 ms, half the interval below that, so that a process that
 shortened its interval (for example through the dask backend's
-``switch-interval`` key) still tells its hand-offs from its calls.  Then the next call goes through ``socket``
-again, timed, as a probe: under continuous contention that costs one hand-off
-per `HOLD_S`, and once the other threads go idle the held calls stop.
+``switch-interval`` key) still tells its hand-offs from its calls.  Then
+the next call goes through ``socket`` again, timed, as a probe: under
+continuous contention that costs one hand-off per `HOLD_S`, and once the
+other threads go idle the held calls stop.
 
 Available on CPython on POSIX systems with a GIL (`AVAILABLE`); elsewhere the
 streams keep the ``socket`` methods.  Errors are raised as the ``socket``
@@ -217,9 +218,10 @@ def stalled(elapsed: float, nbytes: int) -> bool:
 
 def note_stall(now: float) -> None:
     """A ``socket`` call that ended at ``now`` (perf_counter seconds) took
-    over the stall threshold (`stalled`): use the held calls for the next `HOLD_S`, where they
-    exist and another Python thread does (without one, the stall was not a
-    wait for the GIL but the machine's: a preempted process)."""
+    over the stall threshold (`stalled`): use the held calls for the next
+    `HOLD_S`, where they exist and another Python thread does (without one,
+    the stall was not a wait for the GIL but the machine's: a preempted
+    process)."""
     global held_until
     if AVAILABLE and other_threads():
         held_until = now + HOLD_S
