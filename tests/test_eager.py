@@ -14,17 +14,24 @@ from tornado_readinto._eager import EagerFuture, run_callbacks
 from .conftest import run
 
 
+async def _awaited(loop):
+    """An EagerFuture, a task that has started awaiting it (it appends
+    ``("woke", result)`` to the returned list when woken), and that task."""
+    future = EagerFuture(loop=loop)
+    order = []
+
+    async def waiter():
+        order.append(("woke", await future))
+
+    task = asyncio.ensure_future(waiter())
+    await asyncio.sleep(0)
+    return future, order, task
+
+
 def test_eager_future_ordinary_resolution_wakes_the_waiter_next_turn(loop_name):
     async def main():
         loop = asyncio.get_running_loop()
-        future = EagerFuture(loop=loop)
-        order = []
-
-        async def waiter():
-            order.append(("woke", await future))
-
-        task = asyncio.ensure_future(waiter())
-        await asyncio.sleep(0)
+        future, order, task = await _awaited(loop)
         future.set_result(1)
         order.append("resolved")
         await task
@@ -39,14 +46,7 @@ def test_eager_future_eager_resolution_wakes_the_waiter_before_the_callback_retu
 
     async def main():
         loop = asyncio.get_running_loop()
-        future = EagerFuture(loop=loop)
-        order = []
-
-        async def waiter():
-            order.append(("woke", await future))
-
-        task = asyncio.ensure_future(waiter())
-        await asyncio.sleep(0)
+        future, order, task = await _awaited(loop)
         done = loop.create_future()
 
         def readiness_callback():
@@ -67,14 +67,7 @@ def test_eager_future_eager_resolution_wakes_the_waiter_before_the_callback_retu
 def test_eager_future_inside_a_task_falls_back_to_the_next_turn(loop_name):
     async def main():
         loop = asyncio.get_running_loop()
-        future = EagerFuture(loop=loop)
-        order = []
-
-        async def waiter():
-            order.append(("woke", await future))
-
-        task = asyncio.ensure_future(waiter())
-        await asyncio.sleep(0)
+        future, order, task = await _awaited(loop)
         callbacks = future.set_result_eager(3)
         run_callbacks(future, callbacks, loop)  # this task runs: no task step may start here
         order.append("returned")
