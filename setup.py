@@ -1,8 +1,9 @@
 """Build the compiled core: Cython's pure-Python mode compiles
 ``tornado_readinto/_readcore.py``, ``_streamcore.py``, ``writebuffer.py``
 and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
-``busypoll.py`` (as it is, no ``.pxd``) into extension modules of the same
-names, and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket
+``busypoll.py``, ``iostream.py``, ``_eager.py``, ``framed.py`` and
+``allocators.py`` (as they are, no ``.pxd``) into extension modules of the
+same names, and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket
 calls (C only: their pure twin is ``_gilheld``'s ctypes code).  The typed
 modules cimport each other's classes (``_streamcore`` the write queue,
 ``_readcore`` the frame reader), one more reason to build all or none.
@@ -23,14 +24,18 @@ import sys
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules compiled: the same .py, typed by the .pxd beside it (all but
-#: busypoll, which is compiled as it is).
+#: The modules compiled: the same .py, typed by the .pxd beside it (the
+#: first four) or as it is (the others: ordinary classes, no bytecode).
 COMPILED_MODULES = (
     "tornado_readinto._readcore",
     "tornado_readinto._streamcore",
     "tornado_readinto.writebuffer",
     "tornado_readinto.busypoll",
     "tornado_readinto.framing",
+    "tornado_readinto.iostream",
+    "tornado_readinto._eager",
+    "tornado_readinto.framed",
+    "tornado_readinto.allocators",
 )
 
 #: The modules compiled from a ``.pyx``: C calls with no ``.py`` of the same

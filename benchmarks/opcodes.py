@@ -81,12 +81,13 @@ def _tcp_pair() -> tuple[socket.socket, socket.socket]:
 
 class _Counter:
     """A ``sys.settrace`` function counting opcode events, in all and by
-    function, and the Python frames entered (``call`` events: a function
-    called, or a generator or coroutine resumed)."""
+    function and by source file, and the Python frames entered (``call``
+    events: a function called, or a generator or coroutine resumed)."""
 
     def __init__(self) -> None:
         self.total = 0
         self.by_function: collections.Counter[str] = collections.Counter()
+        self.by_file: collections.Counter[str] = collections.Counter()
         self.calls = 0
         self.calls_by_function: collections.Counter[str] = collections.Counter()
 
@@ -97,11 +98,14 @@ class _Counter:
         self.calls += 1
         self.calls_by_function[key] += 1
         by_function = self.by_function
+        by_file = self.by_file
+        path = code.co_filename
 
         def opcode(frame: FrameType, event: str, arg: Any) -> Any:
             if event == "opcode":
                 self.total += 1
                 by_function[key] += 1
+                by_file[path] += 1
             return opcode
 
         return opcode

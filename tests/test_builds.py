@@ -45,6 +45,11 @@ BOTH_BUILDS = (
     "tests/test_http_body.py",
     "tests/test_http_serving.py",
     "tests/test_tcp.py",
+    "tests/test_eager.py",
+    "tests/test_direct_read.py",
+    "tests/test_handoffs.py",
+    "tests/test_allocators.py",
+    "tests_bench/test_bench_opcodes.py",
 )
 
 _PURE_ENV = {**os.environ, "TORNADO_READINTO_NO_EXTENSIONS": "1"}

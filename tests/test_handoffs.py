@@ -20,6 +20,7 @@ pytest.importorskip("distributed")
 
 from distributed.comm import connect, listen  # noqa: E402
 
+import tornado_readinto  # noqa: E402
 from tornado_readinto import _gilheld  # noqa: E402
 from tornado_readinto.gilcount import ReleaseCounter  # noqa: E402
 
@@ -117,7 +118,12 @@ def test_a_small_message_costs_the_loop_thread_at_most_one_poll_and_nothing_of_o
         # back: one per message (the readiness callback, which also runs the
         # waiter; it was two, the waiter's wake-up being a ready callback).
         assert counts.total() == 0, counts
-        assert counts.entries <= MESSAGES + 2, counts  # + a stray timer or two
+        if not tornado_readinto.COMPILED:
+            assert counts.entries <= MESSAGES + 2, counts  # + a stray timer or two
+        # The compiled build's readiness callback has no Python frame: each
+        # Python call it makes (the waiter's step; asyncio.current_task on
+        # Python 3.11) counts as an entry, so the count is exact under the
+        # pure build only, which tests/test_builds.py runs this file under.
 
 
 def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contended(loop_name, monkeypatch):
@@ -135,10 +141,22 @@ def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contende
         server, client = await stream_pair(ReadIntoIOStream)
         try:
             plain = server.read_into(bytearray(4))
-            expected = iostream_module._EagerReadFuture if loop_name == "asyncio" else iostream_module._ReadFuture
+            expected = iostream_module._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
             assert type(plain) is expected
             await client.write(b"abcd")
             assert await plain == 4
+            if loop_name == "uvloop":
+                # the plain one's cancellation closes its stream through its
+                # done callback, on the loop's next iteration
+                other, other_client = await stream_pair(ReadIntoIOStream)
+                try:
+                    cancelled = other.read_into(bytearray(4))
+                    cancelled.cancel()
+                    await asyncio.sleep(0)
+                    assert other.closed()
+                finally:
+                    other.close()
+                    other_client.close()
             monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
             eager = server.read_into(bytearray(4))
             assert type(eager) is iostream_module._EagerReadFuture

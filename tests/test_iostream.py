@@ -300,6 +300,41 @@ def test_cancelled_read_closes_stream(make_ours, how):
     run(main())
 
 
+@pytest.mark.parametrize("then", ["read_again", "close", "bytes_arrive"])
+def test_cancelled_plain_read_closes_stream_before_its_callback_runs(then):
+    """On uvloop (no GIL contention seen) a pending read's Future is a plain
+    asyncio Future, whose cancellation reaches the stream through a done
+    callback on the loop's next iteration.  Whatever touches the stream
+    first (a new read, close, the bytes arriving) sees the cancellation:
+    the stream closes, nothing is delivered, nothing is logged as an error."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            pending = server.read_into(bytearray(4))
+            assert type(pending) is asyncio.Future
+            pending.cancel()
+            assert not server.closed()  # its done callback has not run yet
+            if then == "read_again":
+                with pytest.raises(StreamClosedError):
+                    server.read_into(bytearray(4))
+            elif then == "close":
+                server.close()
+            else:
+                client.socket.send(b"abcd")
+                await until(lambda: bytes_waiting(server.socket) == 4)
+                server._read_ready()  # the READ event, ahead of the callback
+            assert server.closed()
+            assert not server.reading()
+            await asyncio.sleep(0)  # the done callback runs: nothing more happens
+            assert server.closed() and pending.cancelled()
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop="uvloop")
+
+
 def test_concurrent_read_raises_buffer_busy():
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)

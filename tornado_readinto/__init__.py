@@ -58,8 +58,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 
 #: The modules that have a compiled build (``setup.py`` compiles the same
-#: ``.py``, typed by the ``.pxd`` beside it; ``busypoll`` has none).
-_COMPILED_MODULES: tuple[str, ...] = ("_readcore", "_streamcore", "writebuffer", "busypoll", "framing")
+#: ``.py``, typed by the ``.pxd`` beside it, or as it is).
+_COMPILED_MODULES: tuple[str, ...] = (
+    "_readcore",
+    "_streamcore",
+    "writebuffer",
+    "framing",
+    "busypoll",
+    "iostream",
+    "_eager",
+    "framed",
+    "allocators",
+)
 
 #: The modules that exist only compiled (``setup.py`` compiles a ``.pyx``;
 #: there is no ``.py`` of the same name): the pure build has none of them,

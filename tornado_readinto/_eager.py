@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """`EagerFuture`: a Future whose producer may wake its waiters in the same
 loop turn.
 

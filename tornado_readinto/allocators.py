@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """Where received frames land: allocators for `tornado_readinto.framing.FrameReader`.
 
 An allocator is any callable ``allocator(nbytes)`` that returns a writable,

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """`FramedStream`: multi-frame messages over a `ReadIntoIOStream`.
 
 A message is a list of frames (bytes-like buffers).  On the wire it is the

@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """`ReadIntoIOStream`: a Tornado `IOStream` whose reads land where they belong.
 
 Strategy:
@@ -147,7 +148,7 @@ def direct_read_loop(io_loop: ioloop.IOLoop) -> asyncio.AbstractEventLoop | None
 
 
 class _ClosesOnCancel:
-    """Mixin of the read Futures: cancelling one closes its stream."""
+    """Mixin of the eager read Future: cancelling it closes its stream."""
 
     __slots__ = ()
     _stream: ReadIntoIOStream | None
@@ -162,15 +163,10 @@ class _ClosesOnCancel:
         return cancelled
 
 
-class _ReadFuture(_ClosesOnCancel, Future):  # type: ignore[type-arg]
-    """The Future of one read; cancelling it closes its stream."""
-
-    __slots__ = ("_stream",)
-
-
 class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
-    """A `_ReadFuture` whose waiter, when the readiness callback completes
-    the read, runs in the same loop turn (see `tornado_readinto._eager`):
+    """The Future of one read whose waiter, when the readiness callback
+    completes the read, runs in the same loop turn (see
+    `tornado_readinto._eager`); cancelling it closes its stream at once:
     made on asyncio's own loop, and on others (uvloop) in processes where
     the GIL was ever seen contended."""
 
@@ -557,7 +553,10 @@ class ReadIntoIOStream(IOStream):
             ahead do not complete the read).
         :raises OSError: the receive failed (the stream is closed).
         """
-        if self._read_future is not None:
+        future = self._read_future
+        if future is not None:
+            if future.cancelled():  # its done callback has not run yet
+                self._on_read_cancelled(future)
             if self._closed:
                 raise StreamClosedError(real_error=self.error)
             raise BufferBusyError("a read is already in progress on this stream")
@@ -579,9 +578,14 @@ class ReadIntoIOStream(IOStream):
         if self._eager_loop or _gilheld.held_until:
             future = _EagerReadFuture(loop=self._loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
+            future._stream = self
         else:
-            future = _ReadFuture(loop=self._loop)
-        future._stream = self  # type: ignore[attr-defined]
+            # An exact Future, which a task awaits through asyncio's fast
+            # path (a subclass costs the task generic method calls per
+            # await).  Its cancellation reaches the stream through a done
+            # callback, which _complete removes.
+            future = Future(loop=self._loop)
+            future.add_done_callback(self._on_read_done)
         self._read_future = future
         core = self._core
         if self._closed:
@@ -613,8 +617,7 @@ class ReadIntoIOStream(IOStream):
     def _failed_read(self, error: Exception, where: str) -> Future[Any]:
         """A read whose start already failed (`_read`): its Future fails as
         the stream closes."""
-        future = _ReadFuture(loop=self._loop)
-        future._stream = self  # type: ignore[attr-defined]
+        future: Future[Any] = Future(loop=self._loop)
         self._read_future = future
         self._fail(error, where)
         return future
@@ -623,11 +626,15 @@ class ReadIntoIOStream(IOStream):
         """Resolve the pending read's Future to ``result``."""
         future = self._read_future
         if future is not None:
+            if future.cancelled():  # a plain Future whose done callback has not run yet
+                self._on_read_cancelled(future)
+                return
             self._read_future = None
-            future._stream = None  # type: ignore[attr-defined]
-            if future.cancelled():
-                pass  # cancelling a read closes its stream: nothing to resolve
-            elif self._in_events and self._woken is None and isinstance(future, EagerFuture):
+            if type(future) is _EagerReadFuture:
+                future._stream = None
+            else:
+                future.remove_done_callback(self._on_read_done)
+            if self._in_events and self._woken is None and isinstance(future, EagerFuture):
                 # In the readiness callback: its waiters run as it returns.
                 callbacks = future.set_result_eager(result)
                 if callbacks is not None:
@@ -637,6 +644,13 @@ class ReadIntoIOStream(IOStream):
         state = self._state
         if state is None or state == _ERROR:
             self._maybe_add_error_listener()
+
+    def _on_read_done(self, future: Future[Any]) -> None:
+        """The done callback of a plain read Future (see `_read`), on the
+        loop's next iteration: if the Future was cancelled, the stream
+        closes (unless `_complete` or a new read saw it first)."""
+        if future.cancelled():
+            self._on_read_cancelled(future)
 
     def _on_read_cancelled(self, future: Future[Any]) -> None:
         if self._read_future is future and not self._closed:
@@ -849,6 +863,9 @@ class ReadIntoIOStream(IOStream):
                     if any(exc_info):
                         self.error = exc_info[1]
             error = self.error
+            future = self._read_future
+            if future is not None and future.cancelled():
+                self._read_future = None  # its done callback finds the stream closed
             result = core.eof_received(error is None or self._is_connreset(error))
             if result is not PENDING:
                 self._complete(result)
