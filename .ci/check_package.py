@@ -185,7 +185,10 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
     compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
-    expected = sorted(["_readcore", "_streamcore", "writebuffer", "busypoll", "framing", "_gilheld_native"])
+    expected = sorted(
+        ["_readcore", "_streamcore", "writebuffer", "framing", "busypoll", "iostream", "_eager", "framed", "allocators"]
+        + ["_gilheld_native"]
+    )
     if compiled != expected or wheel.name.endswith("-none-any.whl"):
         raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected {expected}")
     headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]

@@ -553,10 +553,10 @@ class ReadIntoIOStream(IOStream):
             ahead do not complete the read).
         :raises OSError: the receive failed (the stream is closed).
         """
-        future = self._read_future
-        if future is not None:
-            if future.cancelled():  # its done callback has not run yet
-                self._on_read_cancelled(future)
+        pending = self._read_future
+        if pending is not None:
+            if pending.cancelled():  # its done callback has not run yet
+                self._on_read_cancelled(pending)
             if self._closed:
                 raise StreamClosedError(real_error=self.error)
             raise BufferBusyError("a read is already in progress on this stream")
