@@ -29,7 +29,7 @@ from tornado_readinto.testing import (
     stream_pair,
 )
 
-from .conftest import bytes_waiting, run, until
+from .conftest import bytes_waiting, new_event_loop, run, until
 
 IMPLS = ["stock", "readinto", "stock-tls", "readinto-tls"]
 
@@ -333,6 +333,30 @@ def test_cancelled_plain_read_closes_stream_before_its_callback_runs(then):
             client.close()
 
     run(main(), loop="uvloop")
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_closing_after_the_loop_closed_fails_the_pending_read_quietly(loop_name):
+    """A stream closed after its event loop was closed (at interpreter exit,
+    say) closes without raising, and its pending read fails; the plain read
+    Future's cancellation callback must not be scheduled on the closed
+    loop."""
+    loop = new_event_loop(loop_name)
+    asyncio.set_event_loop(loop)
+    try:
+
+        async def start():
+            server, client = await stream_pair(ReadIntoIOStream)
+            return server, client, server.read_into(bytearray(4))
+
+        server, client, pending = loop.run_until_complete(start())
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+    server.close()
+    client.close()
+    assert server.closed()
+    assert isinstance(pending.exception(), StreamClosedError)
 
 
 def test_concurrent_read_raises_buffer_busy():

@@ -884,6 +884,10 @@ class ReadIntoIOStream(IOStream):
         # back a drained read-ahead buffer.
         error = self._core.connection_lost(self.error)
         if error is not None and future is not None and not future.done():
+            if type(future) is not _EagerReadFuture:
+                # The stream is closed already: the cancellation callback has
+                # nothing to do (and the loop may be closed too).
+                future.remove_done_callback(self._on_read_done)
             future.set_exception(error)
             future.exception()  # retrieved: the caller gets it by awaiting
         # Release our views of the caller's buffers now.
