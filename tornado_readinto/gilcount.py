@@ -39,6 +39,11 @@ Limits (say them with any figure):
   Cython function of ``_gilheld_native`` in the compiled build, a
   ``ctypes.PyDLL`` call in the pure one) make none, and rightly count as
   nothing.
+* Calls made from compiled code make no profile event either: in the
+  package's compiled build its own socket calls (made by the compiled
+  core) are not seen, and count as zero whatever they are.  Count the
+  package's calls under the pure build (``TORNADO_READINTO_NO_EXTENSIONS=1``
+  in the environment of the process watched), whose policy is the same.
 * The hook makes the watched thread slower (a Python call per Python call):
   count with it, time without it.
 """
