@@ -101,7 +101,11 @@ def test_release_counter_puts_logging_first_whoever_logs(tmp_path):
     finally:
         logger.removeHandler(handler)
         handler.close()
-    assert counts.total("logging", "lock") >= 1  # the handler's lock (may wait)
+    if sys.version_info < (3, 13):
+        # the handler's lock (may wait); from 3.13 Handler.handle takes it
+        # with ``with self.lock:``, which makes no profile event (a limit
+        # gilcount documents)
+        assert counts.total("logging", "lock") >= 1
     assert counts.total("logging", "file") >= 1  # the write-out
     assert counts.total() == counts.total("logging")
 
