@@ -41,6 +41,7 @@ import tarfile
 import tempfile
 import venv
 import zipfile
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -143,13 +144,25 @@ def run(cmd: list[str], cwd: pathlib.Path, capture: bool = False, **env_extra: s
     return (result.stdout or "") + (result.stderr or "") if capture else ""
 
 
-def source_version() -> str:
-    """``__version__`` from tornado_readinto/__init__.py, read without importing it."""
+def source_value(name: str) -> Any:
+    """A constant assigned in tornado_readinto/__init__.py, read without
+    importing it."""
     tree = ast.parse((ROOT / "tornado_readinto" / "__init__.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
-            return str(ast.literal_eval(node.value))
-    raise SystemExit("no __version__ in tornado_readinto/__init__.py")
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(getattr(t, "id", None) == name for t in targets):
+            return ast.literal_eval(value)
+    raise SystemExit(f"no {name} in tornado_readinto/__init__.py")
+
+
+def source_version() -> str:
+    """``__version__`` from tornado_readinto/__init__.py."""
+    return str(source_value("__version__"))
 
 
 def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> None:
@@ -185,10 +198,9 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
     compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
-    expected = sorted(
-        ["_readcore", "_streamcore", "writebuffer", "framing", "busypoll", "iostream", "_eager", "framed", "allocators"]
-        + ["_gilheld_native"]
-    )
+    # every module the package checks for its compiled build (COMPILED)
+    modules = [*source_value("_COMPILED_MODULES"), *source_value("_NATIVE_MODULES")]
+    expected = sorted(modules)
     if compiled != expected or wheel.name.endswith("-none-any.whl"):
         raise SystemExit(f"wheel {wheel.name}: compiled modules {compiled}, expected {expected}")
     headers = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]
