@@ -25,10 +25,11 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 #: The modules compiled: the same .py, typed by the .pxd beside it (the
-#: first four) or as it is (the others: ordinary classes, no bytecode).
+#: first five) or as it is (the others: ordinary classes, no bytecode).
 COMPILED_MODULES = (
     "tornado_readinto._readcore",
     "tornado_readinto._streamcore",
+    "tornado_readinto._facecore",
     "tornado_readinto.writebuffer",
     "tornado_readinto.framing",
     "tornado_readinto.busypoll",

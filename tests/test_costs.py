@@ -12,7 +12,7 @@ import pytest
 from tornado.iostream import IOStream
 
 from tornado_readinto import FramedStream, ReadIntoIOStream, busypoll
-from tornado_readinto import iostream as iostream_module
+from tornado_readinto import _facecore as core_module
 from tornado_readinto.allocators import BufferPool
 from tornado_readinto.testing import RecordingSocket
 
@@ -24,7 +24,7 @@ HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
 
 
 class Counts:
-    """Futures made by the stream (iostream.py: its core makes none), by kind."""
+    """Futures made by the stream (all in its core, _facecore.py), by kind."""
 
     def __init__(self, monkeypatch):
         self.resolved = 0  # plain Futures (reads served from the read-ahead, writes)
@@ -33,7 +33,7 @@ class Counts:
         # (a write sent at once returns the stream's one resolved Future,
         # made at its first such write: counted only if that came here)
 
-        class CountingFuture(iostream_module.Future):
+        class CountingFuture(core_module.Future):
             # a plain read Future that waits gets the stream's done callback
             # (for its cancellation): counted as parked, not resolved
             def __init__(self, *args, **kwargs):
@@ -41,12 +41,12 @@ class Counts:
                 counts.resolved += 1
 
             def add_done_callback(self, fn, **kwargs):
-                if getattr(fn, "__name__", None) == "_on_read_done":
+                if getattr(fn, "__name__", None) == "on_read_done":
                     counts.resolved -= 1
                     counts.parked += 1
                 super().add_done_callback(fn, **kwargs)
 
-        class CountingEagerReadFuture(iostream_module._EagerReadFuture):
+        class CountingEagerReadFuture(core_module._EagerReadFuture):
             # the read Future of asyncio's loop, and of uvloop's once contended
             __slots__ = ()
 
@@ -54,8 +54,8 @@ class Counts:
                 super().__init__(*args, **kwargs)
                 counts.parked += 1
 
-        monkeypatch.setattr(iostream_module, "Future", CountingFuture)
-        monkeypatch.setattr(iostream_module, "_EagerReadFuture", CountingEagerReadFuture)
+        monkeypatch.setattr(core_module, "Future", CountingFuture)
+        monkeypatch.setattr(core_module, "_EagerReadFuture", CountingEagerReadFuture)
 
 
 def _pair(**kwargs):

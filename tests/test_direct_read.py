@@ -48,7 +48,8 @@ def count_tornado_dispatch(io_loop):
 
 def count_read_events(stream):
     """Count the READ events the stream handles from now on, whichever way
-    they come (both call its ``_readable``)."""
+    they come (both call its ``_readable``; the core runs a plain stream's
+    events itself unless told its face handles them, as a TLS face does)."""
     calls = [0]
     readable = stream._readable
 
@@ -57,6 +58,7 @@ def count_read_events(stream):
         readable()
 
     stream._readable = counting
+    stream._core.plain_events = False
     return calls
 
 

@@ -39,14 +39,22 @@ def pair():
     b.close()
 
 
+def timed_calls_only(monkeypatch):
+    """Turn off the compiled build's untimed native calls: every socket call
+    of a stream is timed, as in the pure build (for the stall tests)."""
+    monkeypatch.setattr(_streamcore, "_NATIVE_RECV_INTO", None)
+    monkeypatch.setattr(_streamcore, "_NATIVE_WRITEV", None)
+
+
 def idle_thread():
     """Another Python thread exists (waiting, holding nothing)."""
     return thread_until_stopped(lambda stop: stop.wait())
 
 
 class HeldCalls:
-    """Counts the held calls (wrapping `_gilheld.recv_into` and `writev`),
-    recording where each recv was asked to land."""
+    """Counts the held calls (wrapping `_gilheld.recv_into` and `writev`,
+    and the compiled build's untimed native calls, which are the same
+    functions), recording where each recv was asked to land."""
 
     def __init__(self, monkeypatch):
         self.recvs = []  # (address, requested, received or None)
@@ -69,6 +77,9 @@ class HeldCalls:
 
         monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
         monkeypatch.setattr(_gilheld, "writev", counting_writev)
+        if _streamcore._NATIVE_RECV_INTO is not None:
+            monkeypatch.setattr(_streamcore, "_NATIVE_RECV_INTO", counting_recv_into)
+            monkeypatch.setattr(_streamcore, "_NATIVE_WRITEV", counting_writev)
 
     def clear(self):
         self.recvs.clear()
@@ -265,6 +276,7 @@ def test_a_stalled_socket_call_switches_the_process_to_held_calls_until_a_probe_
     clock = Clock(step=3e-3)
     patch_stream_clock(monkeypatch, clock)
     monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)  # however many readings the rounds take
+    timed_calls_only(monkeypatch)
     held = HeldCalls(monkeypatch)
 
     async def main():
@@ -337,6 +349,7 @@ def test_a_stall_without_other_threads_is_the_machines_not_the_gils(loop_name, m
     clock = Clock(step=5e-3)
     patch_stream_clock(monkeypatch, clock)
     monkeypatch.setattr(threading, "active_count", lambda: 1)
+    timed_calls_only(monkeypatch)
     held = HeldCalls(monkeypatch)
 
     async def main():
@@ -350,6 +363,52 @@ def test_a_stall_without_other_threads_is_the_machines_not_the_gils(loop_name, m
     run(main(), loop=loop_name)
     assert not _gilheld.held(clock.now)
     assert held.recvs == [] and held.writes == []
+
+
+@pytest.mark.skipif(_streamcore._NATIVE_RECV_INTO is None, reason="the pure build times every socket call")
+def test_the_compiled_build_moves_small_messages_with_untimed_native_calls(loop_name, monkeypatch):
+    """Compiled: a real socket's receives and sends of up to
+    HOLD_MAX_NBYTES are native calls that keep the GIL, with no clock read,
+    except one in PROBE_EVERY (a stream's first call among them), which goes
+    the timed way: here, uncontended, the socket's own method.  A larger
+    receive (a big frame received in place) is the socket's method too."""
+    readings = [0]
+
+    def clock():
+        readings[0] += 1
+        return 100.0
+
+    patch_stream_clock(monkeypatch, clock)
+    held = HeldCalls(monkeypatch)
+    rounds = 64
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            assert server._own_socket_io and client._own_socket_io
+            readings[0] = 0
+            await _echo_rounds(server, client, rounds)
+            # every write (the server's echo, the client's request) is sent
+            # at once, as one call: untimed but for the probes
+            writes = 2 * rounds
+            assert writes - 2 * (writes // _streamcore.PROBE_EVERY + 2) <= len(held.writes) < writes
+            assert set(held.writes) == {16 + len(PAYLOAD)}
+            # the clock is read for the probes and for the proof that a short
+            # recv drained the socket, not twice per call
+            assert readings[0] < 4 * rounds + 2 * len(held.recvs)
+            # a large read_into: its in-place receives are the socket's own
+            nbytes = 4 * _streamcore.HOLD_MAX_NBYTES
+            held.clear()
+            buf = bytearray(nbytes)
+            reading = server.read_into(buf)
+            await client.write(bytes(range(256)) * (nbytes // 256))
+            assert await reading == nbytes and buf == bytes(range(256)) * (nbytes // 256)
+            assert all(requested <= _streamcore.HOLD_MAX_NBYTES for _, requested, _ in held.recvs)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
 
 
 def test_wrapped_sockets_and_tls_streams_keep_their_own_methods(loop_name, monkeypatch, tls_contexts):

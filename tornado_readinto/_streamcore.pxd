@@ -57,6 +57,8 @@ from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 cdef class StreamCore(ReadCore):
     # -- the socket --
     cdef public object sock                   # socket.socket, or None (TLS: unused)
+    cdef public int fd                        # its fd for the native calls (with own_socket_io), or -1
+    cdef public Py_ssize_t untimed            # native calls left before a timed one (PROBE_EVERY)
     cdef public bint gather                   # send with sendmsg (else write_to_fd per segment)
     cdef public bint short_read_drains        # a short recv proves the socket empty (not TLS)
     cdef public bint own_socket_io            # _gilheld's calls may replace the socket's own
@@ -89,4 +91,4 @@ cdef class StreamCore(ReadCore):
     cpdef object uncork(self)
     cdef object _write_segments(self)
     cdef object _cork(self, object buffers)
-    cdef object _sendmsg(self, object buffers)
+    cdef object _sendmsg(self, object buffers, Py_ssize_t nbytes)

@@ -115,6 +115,25 @@ SEND: Final = 2
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
 
+#: The most bytes that one receive or send of the compiled build moves with
+#: a native call that keeps the GIL, untimed (`StreamCore.recv_plain`,
+#: `StreamCore.send_queued`): a non-blocking call that copies this much
+#: returns within microseconds, sooner than a GIL hand-off could.  Larger
+#: ones (a big frame received in place, a large send) use the socket's own
+#: methods, which release the GIL while the kernel copies.
+HOLD_MAX_NBYTES: Final = 64 * 1024  # bytes
+
+#: One in this many of those calls goes the timed way instead (the socket's
+#: method, or the held call while the GIL is known to be contended), so that
+#: a stall still shows that another thread wants the GIL (see `_gilheld`):
+#: the eager wake-up on uvloop depends on it.
+PROBE_EVERY: Final = 32  # calls
+
+# The native calls of the compiled build (None in the pure build, whose
+# ctypes twins cost more than the socket's methods).
+_NATIVE_RECV_INTO: Any = _gilheld.recv_into if _gilheld.NATIVE else None
+_NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
+
 _MIN_STALL_S: Final = _gilheld.MIN_STALL_S
 _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
@@ -167,6 +186,8 @@ class StreamCore(ReadCore):
     __slots__ = (
         # the socket
         "sock",
+        "fd",
+        "untimed",
         "gather",
         "short_read_drains",
         "own_socket_io",
@@ -203,6 +224,10 @@ class StreamCore(ReadCore):
         #: The socket (plain streams receive and send on it directly; None
         #: only for a TLS stream's core, or once start_tls took the socket).
         self.sock: socket.socket = sock  # type: ignore[assignment]
+        #: Its fd, for the native calls (set with ``own_socket_io``; -1: none).
+        self.fd = sock.fileno() if own_socket_io and sock is not None else -1
+        #: Native calls left before the next timed one (see `PROBE_EVERY`).
+        self.untimed = 0
         #: Sends gather with ``sendmsg`` (else ``write_to_fd`` per segment).
         self.gather = gather
         #: A short ``recv`` proves the socket empty (not on TLS).
@@ -320,8 +345,20 @@ class StreamCore(ReadCore):
         that keeps it (see `tornado_readinto._gilheld`).  Costs two
         ``perf_counter`` reads.
 
+        In the compiled build, a real socket's receive of up to
+        `HOLD_MAX_NBYTES` is one native ``recv`` that keeps the GIL, untimed,
+        except one in `PROBE_EVERY`.
+
         :raises OSError: the receive failed.
         """
+        if _NATIVE_RECV_INTO is not None and self.own_socket_io and len(view) <= HOLD_MAX_NBYTES:
+            if self.untimed > 0:
+                self.untimed -= 1
+                try:
+                    return _NATIVE_RECV_INTO(self.fd, view)  # type: ignore[no-any-return]
+                except BlockingIOError:
+                    return None
+            self.untimed = PROBE_EVERY - 1
         sock = self.sock
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
@@ -399,7 +436,7 @@ class StreamCore(ReadCore):
             if len(buffers) <= IOV_MAX:
                 total = _total_nbytes(buffers)
                 try:
-                    sent = self._sendmsg(buffers) if total else 0
+                    sent = self._sendmsg(buffers, total) if total else 0
                 except BlockingIOError:
                     blocked = True
                 except Exception:
@@ -436,14 +473,13 @@ class StreamCore(ReadCore):
         if not self.gather:
             self._write_segments()
             return
-        sendmsg = self._sendmsg
         while write_buffer:
             views = write_buffer.peek_buffers(IOV_MAX, MAX_SEND_NBYTES)
             try:
                 offered = 0
                 for view in views:
                     offered += len(view)
-                sent = sendmsg(views)
+                sent = self._sendmsg(views, offered)
             except BlockingIOError:
                 break
             except OSError as e:
@@ -513,13 +549,21 @@ class StreamCore(ReadCore):
         self.cork_nbytes += total
         return True
 
-    def _sendmsg(self, buffers: Any) -> int:
-        """``sendmsg(buffers)`` on the plain socket, keeping the GIL while it
-        is contended (see `tornado_readinto._gilheld`).
+    def _sendmsg(self, buffers: Any, nbytes: int) -> int:
+        """``sendmsg(buffers)`` (``nbytes`` in all) on the plain socket,
+        keeping the GIL while it is contended (see `tornado_readinto._gilheld`).
+        In the compiled build, a real socket's send of up to
+        `HOLD_MAX_NBYTES` is one native ``writev`` that keeps the GIL, untimed,
+        except one in `PROBE_EVERY`.
 
         :raises BlockingIOError: the send buffer is full.
         :raises OSError: the send failed.
         """
+        if _NATIVE_WRITEV is not None and self.own_socket_io and nbytes <= HOLD_MAX_NBYTES:
+            if self.untimed > 0:
+                self.untimed -= 1
+                return _NATIVE_WRITEV(self.fd, buffers)  # type: ignore[no-any-return]
+            self.untimed = PROBE_EVERY - 1
         sock = self.sock
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:

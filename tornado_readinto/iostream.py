@@ -56,8 +56,9 @@ from tornado.platform.asyncio import BaseAsyncIOLoop
 
 from . import _gilheld, busypoll
 from ._eager import EagerFuture, run_callbacks
+from ._facecore import FaceCore, _ClosesOnCancel, _EagerReadFuture, _retrieve, _writable_bytes_view  # noqa: F401
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
-from ._streamcore import CORK_MAX_NBYTES, CORKED, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, SEND, StreamCore
+from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -65,7 +66,6 @@ from ._tornado_compat import (
     StreamClosedError,
     UnsatisfiableReadError,
     default_ssl_context,
-    future_set_result_unless_cancelled,
     ssl_wrap_socket,
 )
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
@@ -147,60 +147,6 @@ def direct_read_loop(io_loop: ioloop.IOLoop) -> asyncio.AbstractEventLoop | None
     return loop
 
 
-class _ClosesOnCancel:
-    """Mixin of the eager read Future: cancelling it closes its stream."""
-
-    __slots__ = ()
-    _stream: ReadIntoIOStream | None
-
-    def cancel(self, msg: Any = None) -> bool:
-        cancelled: bool = super().cancel(msg)  # type: ignore[misc]
-        if cancelled:
-            stream = self._stream
-            self._stream = None  # type: ignore[misc]  # a slot of the concrete classes
-            if stream is not None:
-                stream._on_read_cancelled(self)  # type: ignore[arg-type]
-        return cancelled
-
-
-class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
-    """The Future of one read whose waiter, when the readiness callback
-    completes the read, runs in the same loop turn (see
-    `tornado_readinto._eager`); cancelling it closes its stream at once:
-    made on asyncio's own loop, and on others (uvloop) in processes where
-    the GIL was ever seen contended."""
-
-    __slots__ = ("_stream",)
-
-
-def _retrieve(future: Future[Any]) -> None:
-    """Mark a Future's exception retrieved (its read raised to the caller)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _writable_bytes_view(buf: Any) -> memoryview:
-    """A 1-D, ``'B'``-format view over all of ``buf``'s bytes.
-
-    :raises TypeError: ``buf`` has no buffer interface, is read-only or is not
-        C-contiguous.
-    """
-    view = memoryview(buf)
-    if view.readonly:
-        view.release()
-        raise TypeError(f"read_into needs a writable buffer, got read-only {type(buf).__name__}")
-    if not view.c_contiguous:
-        view.release()
-        raise TypeError(f"read_into needs a C-contiguous buffer, got a strided {type(buf).__name__}")
-    if view.format == "B" and view.ndim == 1:
-        return view
-    if view.nbytes == 0:  # cast() refuses shapes with a zero in them
-        view.release()
-        return memoryview(bytearray())
-    with view:
-        return view.cast("B")
-
-
 class ReadIntoIOStream(IOStream):
     """A drop-in `tornado.iostream.IOStream` with a zero-copy `read_into`.
 
@@ -238,14 +184,10 @@ class ReadIntoIOStream(IOStream):
 
     # Plain sockets: a short recv means the kernel buffer was drained.
     _short_read_drains = True
-    # True while _handle_events runs; the read it completed and its waiters'
-    # callbacks, run as it returns (same loop turn; see tornado_readinto._eager).
-    _in_events = False
-    _woken: tuple[EagerFuture, Any] | None = None
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
     # Only for instances made without __init__ (read_from_fd's fallback).
-    _core: StreamCore = None  # type: ignore[assignment]
+    _core: FaceCore = None  # type: ignore[assignment]
     # The loop with which READ goes to _read_ready directly (None: Tornado's
     # dispatch).  None until __init__ decides: Tornado's __init__ registers
     # WRITE at most (SSLIOStream's handshake).
@@ -271,9 +213,10 @@ class ReadIntoIOStream(IOStream):
         #: Base busy-poll budget of a pending read that parks (0: never spin);
         #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
-        # Made first: BaseIOStream.__init__ sets the sizes (properties below)
-        # and the write queue.
-        self._core = core = StreamCore(short_read_drains=self._short_read_drains)
+        # Made first: BaseIOStream.__init__ sets the sizes, the write queue
+        # and the state it keeps (properties below, over the core's fields).
+        self._core = core = FaceCore(short_read_drains=self._short_read_drains)
+        core.face = self
         super().__init__(socket, *args, **kwargs)
         sock = self.socket
         gather = self._gather and hasattr(sock, "sendmsg")
@@ -292,6 +235,7 @@ class ReadIntoIOStream(IOStream):
         # The core receives and sends on the socket itself unless the face
         # does both (TLS: SSL_read and SSL_write through the ssl object).
         core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
+        core.fd = sock.fileno() if core.own_socket_io else -1
         core.close = self.close
         core.fail = self._fail
         # set_nodelay applies to TCP sockets only (the family never changes).
@@ -300,13 +244,16 @@ class ReadIntoIOStream(IOStream):
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
         self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
+        core.loop = self._loop
         # asyncio's own loop is Python: a loop turn saved by an eager wake-up
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
-        self._eager_loop = isinstance(self._loop, asyncio.BaseEventLoop)
+        core.eager = isinstance(self._loop, asyncio.BaseEventLoop)
+        # The core runs READ and WRITE events itself unless a subclass (TLS)
+        # handles them.
+        cls = type(self)
+        core.plain_events = cls._readable is ReadIntoIOStream._readable and cls._writable is ReadIntoIOStream._writable
         self._read_loop = direct_read_loop(self.io_loop)
-        # The resolved Future that writes sent at once share (made on first use).
-        self._sent_future: Future[None] | None = None
         if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
             core.busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
 
@@ -430,7 +377,83 @@ class ReadIntoIOStream(IOStream):
         """Bytes received so far (for idle timeouts and statistics)."""
         return self._core.nbytes_received
 
+    # Tornado's per-message state: plain attributes of BaseIOStream, kept in
+    # the core's C fields (Tornado's own methods read and write them here).
+
+    @property  # type: ignore[override]
+    def _read_future(self) -> Future[Any] | None:
+        """The pending read's Future (Tornado's), kept by the core."""
+        return self._core.read_future  # type: ignore[no-any-return]
+
+    @_read_future.setter
+    def _read_future(self, future: Future[Any] | None) -> None:
+        self._core.read_future = future
+
+    @property  # type: ignore[override]
+    def _state(self) -> int | None:
+        """The events registered with the IOLoop, or None (Tornado's)."""
+        return self._core.state  # type: ignore[no-any-return]
+
+    @_state.setter
+    def _state(self, state: int | None) -> None:
+        self._core.state = state
+
+    @property  # type: ignore[override]
+    def _closed(self) -> bool:
+        """Tornado's: the stream closed; the core receives and sends no more."""
+        return self._core.closed
+
+    @_closed.setter
+    def _closed(self, closed: bool) -> None:
+        self._core.closed = closed
+
+    @property  # type: ignore[override]
+    def _connecting(self) -> bool:
+        """Tornado's: ``connect`` has not finished."""
+        return self._core.connecting
+
+    @_connecting.setter
+    def _connecting(self, connecting: bool) -> None:
+        self._core.connecting = connecting
+
+    @property  # type: ignore[override]
+    def _write_futures(self) -> Any:
+        """Tornado's ``(write index, Future)`` deque of the pending writes."""
+        return self._core.write_futures
+
+    @_write_futures.setter
+    def _write_futures(self, futures: Any) -> None:
+        self._core.write_futures = futures
+
+    @property  # type: ignore[override]
+    def max_write_buffer_size(self) -> int | None:
+        """As stock: the most bytes queued for sending (None: no limit)."""
+        return self._core.max_write_nbytes  # type: ignore[no-any-return]
+
+    @max_write_buffer_size.setter
+    def max_write_buffer_size(self, nbytes: int | None) -> None:
+        self._core.max_write_nbytes = nbytes
+
     # The core's state, for tests and introspection.
+
+    @property
+    def _in_events(self) -> bool:
+        """True while a readiness callback of the stream runs."""
+        return self._core.in_events
+
+    @_in_events.setter
+    def _in_events(self, value: bool) -> None:
+        self._core.in_events = value
+
+    @property
+    def _woken(self) -> tuple[EagerFuture, Any] | None:
+        """The read a readiness callback completed and its waiters'
+        callbacks, run as it returns (see `tornado_readinto._eager`)."""
+        return self._core.woken  # type: ignore[no-any-return]
+
+    @_woken.setter
+    def _woken(self, value: tuple[EagerFuture, Any] | None) -> None:
+        self._core.woken = value
 
     @property
     def _busy_poll(self) -> BusyPoll | None:
@@ -470,11 +493,7 @@ class ReadIntoIOStream(IOStream):
         :raises StreamClosedError: the stream is closed.  If it closes before
             ``buf`` is full, the Future fails with `IncompleteReadError`.
         """
-        # A bytearray is always writable, contiguous and of format 'B'.
-        view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
-        if self._read_future is not None:
-            view.release()  # the read is refused below
-        return self._read(self._core.read_into, view, partial)
+        return self._core.read_into_future(buf, partial)  # type: ignore[no-any-return]
 
     def read_bytes(self, num_bytes: int, partial: bool = False) -> Future[bytes]:
         """Read ``num_bytes`` bytes (or, with ``partial``, at least one).
@@ -484,9 +503,7 @@ class ReadIntoIOStream(IOStream):
 
         :raises ValueError: ``num_bytes`` is negative.
         """
-        if num_bytes < 0:
-            raise ValueError(f"read_bytes needs num_bytes >= 0, got {num_bytes}")
-        return self._read(self._core.read_bytes, num_bytes, partial)
+        return self._core.read_bytes_future(num_bytes, partial)  # type: ignore[no-any-return]
 
     def read_until(self, delimiter: bytes, max_bytes: int | None = None) -> Future[bytes]:
         """As stock: read up to and including ``delimiter``.
@@ -534,7 +551,7 @@ class ReadIntoIOStream(IOStream):
             # Closed because the data was rejected: what is left read ahead
             # belongs to that bad message.
             raise StreamClosedError(real_error=error)
-        return self._read(self._core.read_message, reader)
+        return self._core.read_message_future(reader)  # type: ignore[no-any-return]
 
     def _read(self, start: Callable[..., Any], *args: Any) -> Future[Any]:
         """The one path of every read: ``start(*args)`` is one of the core's
@@ -553,13 +570,9 @@ class ReadIntoIOStream(IOStream):
             ahead do not complete the read).
         :raises OSError: the receive failed (the stream is closed).
         """
-        pending = self._read_future
-        if pending is not None:
-            if pending.cancelled():  # its done callback has not run yet
-                self._on_read_cancelled(pending)
-            if self._closed:
-                raise StreamClosedError(real_error=self.error)
-            raise BufferBusyError("a read is already in progress on this stream")
+        core = self._core
+        if core.read_future is not None:
+            return core.busy()  # type: ignore[no-any-return]
         try:
             result = start(*args)
         except UnsatisfiableReadError as e:
@@ -568,51 +581,7 @@ class ReadIntoIOStream(IOStream):
             raise
         except Exception as e:  # a reader rejected the bytes read ahead
             return self._failed_read(e, "data")
-        if result is not PENDING:
-            future: Future[Any] = Future(loop=self._loop)
-            future.set_result(result)
-            state = self._state
-            if state is None or state == _ERROR:
-                self._maybe_add_error_listener()
-            return future
-        if self._eager_loop or _gilheld.held_until:
-            future = _EagerReadFuture(loop=self._loop)
-            future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
-            future._stream = self
-        else:
-            # An exact Future, which a task awaits through asyncio's fast
-            # path (a subclass costs the task generic method calls per
-            # await).  Its cancellation reaches the stream through a done
-            # callback, which _complete removes.
-            future = Future(loop=self._loop)
-            future.add_done_callback(self._on_read_done)
-        self._read_future = future
-        core = self._core
-        if self._closed:
-            # Nothing more will come: raise, as stock does (its Future stays
-            # pending); the core's read ends, which releases a read_into buffer.
-            core.connection_lost(self.error)
-            future.add_done_callback(_retrieve)
-            raise StreamClosedError(real_error=self.error)
-        state = self._state
-        registered = state is not None and state & _READ != 0
-        try:
-            if core.readable_hint or not core.proved_empty(registered):
-                result = core.receive()
-                if result is not PENDING:
-                    self._complete(result)
-                    return future
-                if self._closed:
-                    return future
-            if core.park():
-                self._add_io_state(_WRITE)
-            if not registered:
-                self._add_io_state(_READ)
-        except Exception as e:
-            if self._fail(e, "read"):
-                future.add_done_callback(_retrieve)
-                raise
-        return future
+        return core.started(result)  # type: ignore[no-any-return]
 
     def _failed_read(self, error: Exception, where: str) -> Future[Any]:
         """A read whose start already failed (`_read`): its Future fails as
@@ -623,67 +592,24 @@ class ReadIntoIOStream(IOStream):
         return future
 
     def _complete(self, result: Any) -> None:
-        """Resolve the pending read's Future to ``result``."""
-        future = self._read_future
-        if future is not None:
-            if future.cancelled():  # a plain Future whose done callback has not run yet
-                self._on_read_cancelled(future)
-                return
-            self._read_future = None
-            if type(future) is _EagerReadFuture:
-                future._stream = None
-            else:
-                future.remove_done_callback(self._on_read_done)
-            if self._in_events and self._woken is None and isinstance(future, EagerFuture):
-                # In the readiness callback: its waiters run as it returns.
-                callbacks = future.set_result_eager(result)
-                if callbacks is not None:
-                    self._woken = (future, callbacks)
-            else:
-                future.set_result(result)
-        state = self._state
-        if state is None or state == _ERROR:
-            self._maybe_add_error_listener()
-
-    def _on_read_done(self, future: Future[Any]) -> None:
-        """The done callback of a plain read Future (see `_read`), on the
-        loop's next iteration: if the Future was cancelled, the stream
-        closes (unless `_complete` or a new read saw it first)."""
-        if future.cancelled():
-            self._on_read_cancelled(future)
+        """Resolve the pending read's Future to ``result`` (the core's
+        ``complete``)."""
+        self._core.complete(result)
 
     def _on_read_cancelled(self, future: Future[Any]) -> None:
-        if self._read_future is future and not self._closed:
-            self._read_future = None
-            # Drop what was read ahead too: it belongs to the abandoned read.
-            self._core.discard()
-            self._fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
+        """The pending read's Future was cancelled: the stream closes."""
+        self._core.on_read_cancelled(future)
 
     def _read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
         loop: nothing is read ahead and a ``recv`` just proved the (plain)
         socket empty with READ registered.  No syscall.  Lets a serving loop
         skip its own yield between requests."""
-        core = self._core
-        if core.buffered_nbytes:
-            return False
-        state = self._state
-        return core.proved_empty(state is not None and state & _READ != 0)
+        return self._core.read_would_wait()  # type: ignore[no-any-return]
 
     def _readable(self) -> None:
         """A READ event: receive for the pending read (or read ahead)."""
-        core = self._core
-        try:
-            result = core.receive()
-        except UnsatisfiableReadError:
-            raise  # _handle_events' policy
-        except Exception as e:
-            self._fail(e, "event")
-            return
-        if result is not PENDING:
-            self._complete(result)
-        elif self._read_future is not None and not self._closed and core.park():
-            self._add_io_state(_WRITE)
+        self._core.readable_event()
 
     # -- writes ----------------------------------------------------------------
 
@@ -756,42 +682,12 @@ class ReadIntoIOStream(IOStream):
         :raises StreamBufferFullError: ``max_write_buffer_size`` would be
             exceeded (nothing is queued).
         """
-        if self._closed:
-            raise StreamClosedError(real_error=self.error)
-        core = self._core
-        connecting = self._connecting
-        status = core.writelines(buffers, connecting, self.max_write_buffer_size)
-        if status <= CORKED:
-            # Sent at once, or corked: the stream's one resolved Future.
-            if status:
-                self._loop.call_soon(self._uncork)
-            future = self._sent_future
-            if future is None:
-                future = self._sent_future = Future(loop=self._loop)
-                future.set_result(None)
-            state = self._state
-            if state is None or state == _ERROR:
-                self._maybe_add_error_listener()
-            return future
-        future = Future(loop=self._loop)
-        self._write_futures.append((core.write_index, future))
-        if not connecting:
-            if status == SEND:
-                self._writable()
-            if core.write_buffer:
-                self._add_io_state(_WRITE)
-            self._maybe_add_error_listener()
-        return future
+        return self._core.write_future(buffers)  # type: ignore[no-any-return]
 
     def _writable(self) -> None:
         """A WRITE event (or a write to send now): send what is queued,
         then resolve the writes whose bytes all left."""
-        core = self._core
-        core.send_queued()  # a failed send closes the stream (the core calls _fail)
-        done_index = core.done_index
-        futures = self._write_futures
-        while futures and futures[0][0] <= done_index:
-            future_set_result_unless_cancelled(futures.popleft()[1], None)
+        self._core.writable_event()
 
     def _uncork(self) -> None:
         """Send what the cork holds (on the event loop's next iteration, or
@@ -873,7 +769,6 @@ class ReadIntoIOStream(IOStream):
                 self.io_loop.remove_handler(self.fileno())
                 self._state = None
             self.close_fd()
-            self._closed = True
             core.closed = True
         self._signal_closed()
 
@@ -887,7 +782,7 @@ class ReadIntoIOStream(IOStream):
             if type(future) is not _EagerReadFuture:
                 # The stream is closed already: the cancellation callback has
                 # nothing to do (and the loop may be closed too).
-                future.remove_done_callback(self._on_read_done)
+                future.remove_done_callback(self._core.done_cb)
             future.set_exception(error)
             future.exception()  # retrieved: the caller gets it by awaiting
         # Release our views of the caller's buffers now.
@@ -901,17 +796,18 @@ class ReadIntoIOStream(IOStream):
         `_EagerReadFuture` (see `_read`).  WRITE events come here; READ
         events only where the stream keeps Tornado's dispatch
         (`direct_read_loop`), or while it connects (see `_read_ready`)."""
-        if self._in_events:  # re-entered: the outer call wakes the waiters
+        core = self._core
+        if core.in_events:  # re-entered: the outer call wakes the waiters
             self._dispatch_events(fd, events)
             return
-        self._in_events = True
+        core.in_events = True
         try:
             self._dispatch_events(fd, events)
         finally:
-            self._in_events = False
-            woken = self._woken
+            core.in_events = False
+            woken = core.woken
             if woken is not None:
-                self._woken = None
+                core.woken = None
                 run_callbacks(*woken, self._loop)
 
     def _read_ready(self) -> None:
@@ -928,25 +824,7 @@ class ReadIntoIOStream(IOStream):
         connecting, closed, or inside a readiness callback already goes the
         general way (`_handle_events`).
         """
-        if self._in_events or self._closed or self._connecting:
-            self._handle_events(self.socket, _READ)
-            return
-        self._in_events = True
-        try:
-            core = self._core
-            core.readable()
-            self._readable()
-            if not self._closed and self._read_future is None and core.buffered_nbytes >= core.read_chunk_size:
-                self._update_state()  # the read-ahead is full: READ goes
-        except Exception as e:
-            if self._fail(e, "events"):
-                raise
-        finally:
-            self._in_events = False
-            woken = self._woken
-            if woken is not None:
-                self._woken = None
-                run_callbacks(*woken, self._loop)
+        self._core.read_ready()
 
     def _dispatch_events(self, fd: Any, events: int) -> None:
         """Tornado's ``_handle_events``, edited: the events of one readiness
@@ -1016,7 +894,10 @@ class ReadIntoIOStream(IOStream):
         Nothing on a stream that keeps Tornado's dispatch."""
         loop = self._read_loop
         if loop is not None:
-            loop.add_reader(self.socket.fileno(), self._read_ready)
+            reader = self._read_ready
+            if getattr(reader, "__func__", None) is ReadIntoIOStream._read_ready:
+                reader = self._core.read_ready  # the same, with no call of ours before it
+            loop.add_reader(self.socket.fileno(), reader)
 
     # -- TLS -------------------------------------------------------------------
 
@@ -1051,6 +932,8 @@ class ReadIntoIOStream(IOStream):
         # must not touch it (stock raises AttributeError there).
         self._closed = core.closed = True
         core.sock = None  # type: ignore[assignment]
+        core.own_socket_io = False
+        core.fd = -1
         self._state = None
         sock = ssl_wrap_socket(
             sock,

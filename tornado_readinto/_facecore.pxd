@@ -1,0 +1,42 @@
+# Declarations for compiling _facecore.py with Cython in pure-Python mode:
+# the same .py, typed by this file.  The face's per-message state in C fields
+# of the stream's one core object (docs/internals.rst draws where each
+# Tornado attribute lives).
+
+from tornado_readinto._streamcore cimport StreamCore
+
+
+cdef class FaceCore(StreamCore):
+    # -- set by the face once --
+    cdef public object face                   # the ReadIntoIOStream
+    cdef public object loop                   # its asyncio loop
+    cdef public bint eager                    # waiting reads get an _EagerReadFuture
+    cdef public bint plain_events             # the face's _readable/_writable are the plain ones
+    # -- Tornado's attributes (the face's properties) --
+    cdef public object read_future            # _read_future: a Future or None
+    cdef public object state                  # _state: None or the registered events (an int)
+    cdef public bint connecting               # _connecting
+    cdef public object write_futures          # _write_futures: deque of (write index, Future)
+    cdef public object max_write_nbytes       # max_write_buffer_size: int or None
+    # -- the readiness callback --
+    cdef public bint in_events                # a readiness callback of the stream runs
+    cdef public object woken                  # (future, callbacks) to run as it returns, or None
+    # -- Futures --
+    cdef public object sent_future            # the resolved Future of writes sent at once, or None
+    cdef public object done_cb                # on_read_done, bound once
+
+    # Reads.
+    cpdef object read_into_future(self, object buf, bint partial=*)
+    cpdef object read_bytes_future(self, object num_bytes, bint partial=*)
+    cpdef object read_message_future(self, object reader)
+    cpdef object busy(self)
+    cpdef object started(self, object result)
+    cpdef object complete(self, object result)
+    cpdef object on_read_done(self, object future)
+    cpdef object on_read_cancelled(self, object future)
+    cpdef bint read_would_wait(self) except -1
+    cpdef object readable_event(self)
+    cpdef object read_ready(self)
+    # Writes.
+    cpdef object write_future(self, object buffers)
+    cpdef object writable_event(self)

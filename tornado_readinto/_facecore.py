@@ -1,0 +1,404 @@
+# cython: annotation_typing=False
+"""`FaceCore`: the stream's core with the Tornado face's per-message state.
+
+`tornado_readinto._streamcore.StreamCore` owns the socket I/O and knows no
+event loop.  This class extends it with what a read or a write does around
+that I/O on behalf of `tornado_readinto.iostream.ReadIntoIOStream`: the
+pending read's Future, the registration state Tornado keeps in ``_state``,
+the stream's closed and connecting flags, the write Futures, and the READ
+callback that the asyncio loop calls directly.
+
+Strategy:
+
+* One object, typed fields.  Compiled (Cython's pure-Python mode with
+  ``_facecore.pxd``), a message's state lives in C fields of one extension
+  type, and the hot paths (`read_into_future`, `read_bytes_future`,
+  `read_message_future`, `read_ready`, `write_future`) are C calls that look
+  nothing up in an instance ``__dict__``.  Uncompiled, the same file is the
+  pure-Python twin and the reference.
+* The face keeps Tornado's attribute names: ``_read_future``, ``_state``,
+  ``_closed``, ``_connecting``, ``_write_futures`` and
+  ``max_write_buffer_size`` are properties over this object's fields, so
+  Tornado's own methods (``_add_io_state``, ``_maybe_add_error_listener``,
+  ``connect``...) read and write the same state.
+* What is rare stays on the face and is called through ``face``:
+  registering interest (``_add_io_state``, ``_update_state``), the error
+  listener, the general event dispatch, and TLS's handshake (a face whose
+  ``_readable``/``_writable`` are not the plain ones is called for those:
+  `plain_events`).
+* A read that has to wait gets an exact ``asyncio.Future`` whose done
+  callback (`on_read_done`) closes the stream if it was cancelled; where an
+  eager wake-up pays (asyncio's own loop, or a contended GIL) it gets an
+  `_EagerReadFuture` instead, whose waiters run in the readiness callback's
+  loop turn (see `tornado_readinto._eager`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from tornado import ioloop
+from tornado.concurrent import Future
+
+from . import _gilheld
+from ._eager import EagerFuture, run_callbacks
+from ._readcore import PENDING
+from ._streamcore import CORKED, SEND, StreamCore
+from ._tornado_compat import StreamClosedError, UnsatisfiableReadError, future_set_result_unless_cancelled
+from .errors import BufferBusyError
+
+__all__ = ["FaceCore"]
+
+_READ = ioloop.IOLoop.READ
+_WRITE = ioloop.IOLoop.WRITE
+_ERROR = ioloop.IOLoop.ERROR
+
+
+class _ClosesOnCancel:
+    """Mixin of the eager read Future: cancelling it closes its stream."""
+
+    __slots__ = ()
+    _stream: Any
+
+    def cancel(self, msg: Any = None) -> bool:
+        cancelled: bool = super().cancel(msg)  # type: ignore[misc]
+        if cancelled:
+            stream = self._stream
+            self._stream = None
+            if stream is not None:
+                stream._on_read_cancelled(self)
+        return cancelled
+
+
+class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
+    """The Future of one read whose waiter, when the readiness callback
+    completes the read, runs in the same loop turn (see
+    `tornado_readinto._eager`); cancelling it closes its stream at once:
+    made on asyncio's own loop, and on others (uvloop) in processes where
+    the GIL was ever seen contended."""
+
+    __slots__ = ("_stream",)
+
+
+def _retrieve(future: Future[Any]) -> None:
+    """Mark a Future's exception retrieved (its read raised to the caller)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _writable_bytes_view(buf: Any) -> memoryview:
+    """A 1-D, ``'B'``-format view over all of ``buf``'s bytes.
+
+    :raises TypeError: ``buf`` has no buffer interface, is read-only or is not
+        C-contiguous.
+    """
+    view = memoryview(buf)
+    if view.readonly:
+        view.release()
+        raise TypeError(f"read_into needs a writable buffer, got read-only {type(buf).__name__}")
+    if not view.c_contiguous:
+        view.release()
+        raise TypeError(f"read_into needs a C-contiguous buffer, got a strided {type(buf).__name__}")
+    if view.format == "B" and view.ndim == 1:
+        return view
+    if view.nbytes == 0:  # cast() refuses shapes with a zero in them
+        view.release()
+        return memoryview(bytearray())
+    with view:
+        return view.cast("B")
+
+
+class FaceCore(StreamCore):
+    """A `StreamCore` that also keeps its face's per-message state and runs
+    its hot paths (see the module's strategy).
+
+    Not thread-safe: one core belongs to one stream, on its event loop's
+    thread.  The face sets `face`, `loop`, `eager` and `plain_events` once
+    it is made.
+
+    .. versionadded:: 0.2
+    """
+
+    __slots__ = (
+        "face",
+        "loop",
+        "eager",
+        "plain_events",
+        "read_future",
+        "state",
+        "connecting",
+        "in_events",
+        "woken",
+        "sent_future",
+        "write_futures",
+        "max_write_nbytes",
+        "done_cb",
+    )
+
+    def __init__(self, *, short_read_drains: bool = True) -> None:
+        super().__init__(short_read_drains=short_read_drains)
+        #: The `ReadIntoIOStream` this is the core of.
+        self.face: Any = None
+        #: Its asyncio loop (given to every Future made here).
+        self.loop: Any = None
+        #: Reads that wait get an `_EagerReadFuture` (asyncio's own loop).
+        self.eager = False
+        #: The face's ``_readable``/``_writable`` are the plain ones (not
+        #: TLS's, not a subclass's): the core runs them itself.
+        self.plain_events = True
+        #: Tornado's ``_read_future``: the pending read's Future, or None.
+        self.read_future: Any = None
+        #: Tornado's ``_state``: the events registered with the IOLoop, or None.
+        self.state: Any = None
+        #: Tornado's ``_connecting``.
+        self.connecting = False
+        #: True while a readiness callback of the stream runs.
+        self.in_events = False
+        #: ``(future, callbacks)`` that the readiness callback runs as it
+        #: returns (an eager read it completed), or None.
+        self.woken: Any = None
+        #: The resolved Future that writes sent at once share (made on first use).
+        self.sent_future: Any = None
+        #: Tornado's ``_write_futures``: ``(write index, Future)`` in order.
+        self.write_futures: Any = deque()
+        #: Tornado's ``max_write_buffer_size`` (None: no limit).
+        self.max_write_nbytes: Any = None
+        #: `on_read_done`, bound once (a plain read Future's done callback).
+        self.done_cb: Any = self.on_read_done
+
+    # -- reads -----------------------------------------------------------------
+
+    def read_into_future(self, buf: Any, partial: bool = False) -> Any:
+        """The face's ``read_into``: see `ReadIntoIOStream.read_into`."""
+        # A bytearray is always writable, contiguous and of format 'B'.
+        view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
+        if self.read_future is not None:
+            view.release()  # the read is refused
+            return self.busy()
+        try:
+            result = self.read_into(view, partial)
+        except BufferBusyError:
+            raise
+        except Exception as e:
+            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+        return self.started(result)
+
+    def read_bytes_future(self, num_bytes: int, partial: bool = False) -> Any:
+        """The face's ``read_bytes``: see `ReadIntoIOStream.read_bytes`."""
+        if num_bytes < 0:
+            raise ValueError(f"read_bytes needs num_bytes >= 0, got {num_bytes}")
+        if self.read_future is not None:
+            return self.busy()
+        try:
+            result = self.read_bytes(num_bytes, partial)
+        except BufferBusyError:
+            raise
+        except Exception as e:
+            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+        return self.started(result)
+
+    def read_message_future(self, reader: Any) -> Any:
+        """The face's ``read_message`` once its checks passed: see
+        `ReadIntoIOStream.read_message`."""
+        if self.read_future is not None:
+            return self.busy()
+        try:
+            result = self.read_message(reader)
+        except BufferBusyError:
+            raise
+        except Exception as e:  # the reader rejected the bytes read ahead
+            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+        return self.started(result)
+
+    def busy(self) -> Any:
+        """A read started while one is pending: never returns.
+
+        :raises StreamClosedError: the stream closed (the pending read was
+            cancelled and that closed it).
+        :raises BufferBusyError: else.
+        """
+        pending = self.read_future
+        if pending.cancelled():  # its done callback has not run yet
+            self.on_read_cancelled(pending)
+        if self.closed:
+            raise StreamClosedError(real_error=self.face.error)
+        raise BufferBusyError("a read is already in progress on this stream")
+
+    def started(self, result: Any) -> Any:
+        """The rest of every read, once the core's ``read_*`` returned
+        ``result`` (see ``ReadIntoIOStream._read``): the read's Future."""
+        if result is not PENDING:
+            future = Future(loop=self.loop)
+            future.set_result(result)
+            state = self.state
+            if state is None or state == _ERROR:
+                self.face._maybe_add_error_listener()
+            return future
+        if self.eager or _gilheld.held_until:
+            future = _EagerReadFuture(loop=self.loop)
+            future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
+            future._stream = self.face
+        else:
+            # An exact Future, which a task awaits through asyncio's fast
+            # path (a subclass costs the task generic method calls per
+            # await).  Its cancellation reaches the stream through a done
+            # callback, which complete() removes.
+            future = Future(loop=self.loop)
+            future.add_done_callback(self.done_cb)
+        self.read_future = future
+        if self.closed:
+            # Nothing more will come: raise, as stock does (its Future stays
+            # pending); the core's read ends, which releases a read_into buffer.
+            error = self.face.error
+            self.connection_lost(error)
+            future.add_done_callback(_retrieve)
+            raise StreamClosedError(real_error=error)
+        state = self.state
+        registered = state is not None and state & _READ != 0
+        try:
+            if self.readable_hint or not self.proved_empty(registered):
+                result = self.receive()
+                if result is not PENDING:
+                    self.complete(result)
+                    return future
+                if self.closed:
+                    return future
+            if self.park():
+                self.face._add_io_state(_WRITE)
+            if not registered:
+                self.face._add_io_state(_READ)
+        except Exception as e:
+            if self.fail(e, "read"):
+                future.add_done_callback(_retrieve)
+                raise
+        return future
+
+    def complete(self, result: Any) -> None:
+        """Resolve the pending read's Future to ``result``."""
+        future = self.read_future
+        if future is not None:
+            if future.cancelled():  # a plain Future whose done callback has not run yet
+                self.on_read_cancelled(future)
+                return
+            self.read_future = None
+            if type(future) is _EagerReadFuture:
+                future._stream = None
+            else:
+                future.remove_done_callback(self.done_cb)
+            if self.in_events and self.woken is None and isinstance(future, EagerFuture):
+                # In the readiness callback: its waiters run as it returns.
+                callbacks = future.set_result_eager(result)
+                if callbacks is not None:
+                    self.woken = (future, callbacks)
+            else:
+                future.set_result(result)
+        state = self.state
+        if state is None or state == _ERROR:
+            self.face._maybe_add_error_listener()
+
+    def on_read_done(self, future: Any) -> None:
+        """The done callback of a plain read Future (see `started`), on the
+        loop's next iteration: if the Future was cancelled, the stream
+        closes (unless `complete` or a new read saw it first)."""
+        if future.cancelled():
+            self.on_read_cancelled(future)
+
+    def on_read_cancelled(self, future: Any) -> None:
+        """The pending read's Future was cancelled: the stream closes."""
+        if self.read_future is future and not self.closed:
+            self.read_future = None
+            # Drop what was read ahead too: it belongs to the abandoned read.
+            self.discard()
+            self.fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
+
+    def read_would_wait(self) -> bool:
+        """True when a read started now would certainly wait for the event
+        loop (see ``ReadIntoIOStream._read_would_wait``).  No syscall."""
+        if self.buffered_nbytes:
+            return False
+        state = self.state
+        return self.proved_empty(state is not None and state & _READ != 0)
+
+    def readable_event(self) -> None:
+        """A READ event: receive for the pending read (or read ahead)."""
+        try:
+            result = self.receive()
+        except UnsatisfiableReadError:
+            raise  # the event handler's policy
+        except Exception as e:
+            self.fail(e, "event")
+            return
+        if result is not PENDING:
+            self.complete(result)
+        elif self.read_future is not None and not self.closed and self.park():
+            self.face._add_io_state(_WRITE)
+
+    def read_ready(self) -> None:
+        """The READ callback that the asyncio loop calls directly (see
+        ``ReadIntoIOStream._read_ready``)."""
+        face = self.face
+        if self.in_events or self.closed or self.connecting:
+            face._handle_events(face.socket, _READ)
+            return
+        self.in_events = True
+        try:
+            self.readable()
+            if self.plain_events:
+                self.readable_event()
+            else:
+                face._readable()
+            if not self.closed and self.read_future is None and self.buffered_nbytes >= self.read_chunk_size:
+                face._update_state()  # the read-ahead is full: READ goes
+        except Exception as e:
+            if self.fail(e, "events"):
+                raise
+        finally:
+            self.in_events = False
+            woken = self.woken
+            if woken is not None:
+                self.woken = None
+                run_callbacks(woken[0], woken[1], self.loop)
+
+    # -- writes ----------------------------------------------------------------
+
+    def write_future(self, buffers: Any) -> Any:
+        """The face's ``writelines``: see `ReadIntoIOStream.writelines`."""
+        if self.closed:
+            raise StreamClosedError(real_error=self.face.error)
+        connecting = self.connecting
+        status = self.writelines(buffers, connecting, self.max_write_nbytes)
+        if status <= CORKED:
+            # Sent at once, or corked: the stream's one resolved Future.
+            if status:
+                self.loop.call_soon(self.face._uncork)
+            future = self.sent_future
+            if future is None:
+                future = self.sent_future = Future(loop=self.loop)
+                future.set_result(None)
+            state = self.state
+            if state is None or state == _ERROR:
+                self.face._maybe_add_error_listener()
+            return future
+        future = Future(loop=self.loop)
+        self.write_futures.append((self.write_index, future))
+        if not connecting:
+            if status == SEND:
+                if self.plain_events:
+                    self.writable_event()
+                else:
+                    self.face._writable()
+            if self.write_buffer:
+                self.face._add_io_state(_WRITE)
+            self.face._maybe_add_error_listener()
+        return future
+
+    def writable_event(self) -> None:
+        """A WRITE event (or a write to send now): send what is queued, then
+        resolve the writes whose bytes all left."""
+        self.send_queued()  # a failed send closes the stream (through fail)
+        done_index = self.done_index
+        futures = self.write_futures
+        while futures and futures[0][0] <= done_index:
+            future_set_result_unless_cancelled(futures.popleft()[1], None)
