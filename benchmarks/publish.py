@@ -201,6 +201,18 @@ def load_ratio(file: str, server: str, loop: str, base: str, *, metric: str = "l
     return get
 
 
+def load_ratio_across(file: str, before: str, server: str, loop: str, *, metric: str = "msgs_per_s",
+                      **more: Any) -> Callable[[Results], Figure]:
+    """``server`` in ``file`` against the same server in ``before`` (two
+    consecutive runs of one command on two trees): msgs/s (above 1: faster),
+    or loop CPU per message with ``metric="loop_cpu_us_per_msg"``."""
+    def get(res: Results) -> Figure:
+        a = values(load_entry(res, file, server, loop, **more), metric)
+        b = values(load_entry(res, before, server, loop, **more), metric)
+        return Figure(statistics.median(a) / statistics.median(b), (min(a) / max(b), max(a) / min(b)), file)
+    return get
+
+
 def load_us(file: str, server: str, loop: str, **more: Any) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
         return measured(load_entry(res, file, server, loop, **more), "loop_cpu_us_per_msg", file, "us")
@@ -278,14 +290,29 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"builds.{server}.{loop}.x-streams": load_ratio("load-builds-pinned.json", server, loop, "asyncio-streams")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    # the core with the face's state (FaceCore), pinned, both loops, anchors in the same run
+    **{f"facecore.{server}.{loop}.x-{base}": load_ratio("load-facecore-pinned.json", server, loop, base)
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")
+       for base in ("asyncio-streams", "asyncio-protocol")},
+    **{f"facecore.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned.json", "readinto", loop, "readinto-pure")
+       for loop in ("asyncio", "uvloop")},
+    **{f"facecore-gil.readinto.{loop}.msgs-x-before": load_ratio_across("load-facecore-gil.json",
+                                                                         "load-facecore-gil-before.json",
+                                                                         "readinto", loop, gil_thread=True)
+       for loop in ("asyncio", "uvloop")},
+    **{f"facecore-gil.readinto.{loop}.p99-x-before": load_ratio_across("load-facecore-gil.json",
+                                                                        "load-facecore-gil-before.json",
+                                                                        "readinto", loop, metric="p99_s",
+                                                                        gil_thread=True)
+       for loop in ("asyncio", "uvloop")},
     **{f"builds-gil.{server}.{loop}.msgs-x-pure": load_ratio("load-builds-gil.json", server, loop, f"{server}-pure",
                                                               metric="msgs_per_s")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"builds-tls.readinto.{loop}.msgs-x-stock": load_ratio("load-builds-tls.json", "readinto", loop, "stock",
                                                                metric="msgs_per_s")
        for loop in ("asyncio", "uvloop")},
-    "builds.dask.rpc": dask_ratio("dask-rpc-builds.json", "rpc"),
-    "builds.dask.tls-rpc": dask_ratio("dask-rpc-builds.json", "rpc", "readinto-tls"),
+    "builds.dask.rpc": dask_ratio("dask-rpc-facecore.json", "rpc"),
+    "builds.dask.tls-rpc": dask_ratio("dask-rpc-facecore.json", "rpc", "readinto-tls"),
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
        for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
                       "asyncio-protocol")
@@ -683,8 +710,10 @@ QUOTES: list[Quote] = [
     Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
     Quote("README.rst", "hello-world GET at {http.hello.asyncio} the requests/s of stock Tornado"),
     Quote("README.rst", "a 256 MiB POST at {http.post.asyncio}"),
-    Quote("README.rst", "{bounds.readinto.asyncio.x-streams} (asyncio) and {bounds.readinto.uvloop.x-streams} "
-                        "(uvloop) the CPU per message of asyncio's own Streams"),
+    Quote("README.rst", "the compiled streams cost {facecore.readinto.asyncio.x-asyncio-streams} (asyncio) and "
+                        "{facecore.readinto.uvloop.x-asyncio-streams} (uvloop) the CPU of asyncio's own Streams, and "
+                        "{facecore.readinto.asyncio.x-asyncio-protocol} and "
+                        "{facecore.readinto.uvloop.x-asyncio-protocol} that of a hand-written BufferedProtocol"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
@@ -704,18 +733,29 @@ QUOTES: list[Quote] = [
                                   "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
                                   "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
-    Quote("docs/performance.rst", "readinto's loop CPU per message was {builds.readinto.asyncio.x-pure:spread} the "
-                                  "pure build's on asyncio's loop and {builds.readinto.uvloop.x-pure:spread} on "
-                                  "uvloop"),
-    Quote("docs/performance.rst", "FramedStream's was {builds.framed-pool.asyncio.x-pure:spread} and "
-                                  "{builds.framed-pool.uvloop.x-pure:spread}"),
-    Quote("docs/performance.rst", "compiled readinto costs {builds.readinto.uvloop.x-streams:spread} on uvloop and "
-                                  "{builds.readinto.asyncio.x-streams:spread} on asyncio's loop, FramedStream "
-                                  "{builds.framed-pool.uvloop.x-streams:spread} and "
-                                  "{builds.framed-pool.asyncio.x-streams:spread}"),
+    Quote("docs/performance.rst", "Compiled readinto's loop CPU per message was "
+                                  "{facecore.readinto.asyncio.x-asyncio-streams:spread} asyncio Streams' on asyncio's "
+                                  "loop and {facecore.readinto.uvloop.x-asyncio-streams:spread} on uvloop, and "
+                                  "{facecore.readinto.asyncio.x-asyncio-protocol:spread} and "
+                                  "{facecore.readinto.uvloop.x-asyncio-protocol:spread} the BufferedProtocol echo's"),
+    Quote("docs/performance.rst", "FramedStream's was {facecore.framed-pool.asyncio.x-asyncio-streams:spread} and "
+                                  "{facecore.framed-pool.uvloop.x-asyncio-streams:spread} Streams', "
+                                  "{facecore.framed-pool.asyncio.x-asyncio-protocol:spread} and "
+                                  "{facecore.framed-pool.uvloop.x-asyncio-protocol:spread} the protocol echo's"),
+    Quote("docs/performance.rst", "compiled readinto cost {facecore.readinto.asyncio.x-pure:spread} on asyncio's "
+                                  "loop and {facecore.readinto.uvloop.x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "compiled readinto cost {builds.readinto.uvloop.x-streams:spread} uvloop Streams' "
+                                  "CPU per message and {builds.readinto.asyncio.x-streams:spread} asyncio's, and "
+                                  "{builds.readinto.uvloop.x-pure:spread} and {builds.readinto.asyncio.x-pure:spread} "
+                                  "the pure build's"),
     Quote("docs/performance.rst", "compiled readinto served {builds-gil.readinto.asyncio.msgs-x-pure:spread} the pure "
                                   "build's messages per second on asyncio's loop and "
                                   "{builds-gil.readinto.uvloop.msgs-x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "compiled readinto served {facecore-gil.readinto.asyncio.msgs-x-before:spread} the "
+                                  "messages per second it served before on asyncio's loop and "
+                                  "{facecore-gil.readinto.uvloop.msgs-x-before:spread} on uvloop, with a p99 round "
+                                  "trip of {facecore-gil.readinto.asyncio.p99-x-before:spread} and "
+                                  "{facecore-gil.readinto.uvloop.p99-x-before:spread} the earlier run's"),
     Quote("docs/performance.rst", "readinto served {builds-tls.readinto.asyncio.msgs-x-stock:spread} stock "
                                   "SSLIOStream's messages per second on asyncio's loop and "
                                   "{builds-tls.readinto.uvloop.msgs-x-stock:spread} on uvloop"),
@@ -724,8 +764,9 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
     # CHANGELOG
-    Quote("CHANGELOG.rst", "{bounds.readinto.asyncio.x-streams} (asyncio's loop) and "
-                           "{bounds.readinto.uvloop.x-streams} (uvloop) asyncio Streams' CPU"),
+    Quote("CHANGELOG.rst", "costs {facecore.readinto.asyncio.x-asyncio-protocol} (asyncio's loop) and "
+                           "{facecore.readinto.uvloop.x-asyncio-protocol} (uvloop) the CPU of a BufferedProtocol "
+                           "echo"),
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),
     Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),

@@ -90,10 +90,17 @@ def test_check_fails_for_each_kind_of_result_file(results_copy: Path) -> None:
             for repeat in entry["repeats"]:
                 repeat["loop_cpu_us_per_msg"] *= 0.5
     load.write_text(json.dumps(data))
+    pinned = results_copy / "load-facecore-pinned.json"
+    data = json.loads(pinned.read_text())
+    for entry in data["results"]:
+        if entry["server"] == "readinto":
+            for repeat in entry["repeats"]:
+                repeat["loop_cpu_us_per_msg"] *= 0.5
+    pinned.write_text(json.dumps(data))
     problems = "\n".join(publish.check(publish.Results(results_copy)))
     assert "docs/_generated/http.rst" in problems
     assert "docs/_generated/load.rst" in problems
-    assert "http.post.asyncio" in problems and "bounds.readinto" in problems
+    assert "http.post.asyncio" in problems and "facecore.readinto" in problems
 
 
 def test_every_quote_names_known_figures() -> None:

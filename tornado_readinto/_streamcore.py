@@ -6,9 +6,9 @@ extends: the read-ahead buffer and the one pending read), the receive
 (``recv_into`` into the buffer the read core hands out, the GIL-keeping
 calls of `tornado_readinto._gilheld`, the proof that the socket is empty and
 the busy-poll policy's hooks) and the write queue with its cork (gather
-``sendmsg``).  `tornado_readinto.iostream.ReadIntoIOStream` is a thin Tornado
-face over it: it owns the Futures, the event-loop registration, ``close`` and
-``start_tls``, and calls the core.
+``sendmsg``).  `tornado_readinto._facecore.FaceCore` extends it with the
+Tornado face's per-message state (the Futures, the registration state);
+`tornado_readinto.iostream.ReadIntoIOStream` is the thin face over that.
 
 Strategy:
 
@@ -42,7 +42,10 @@ Strategy:
 * While another thread is seen to hold the GIL, ``recv_into`` and
   ``sendmsg`` of a real socket go through `tornado_readinto._gilheld`
   (calls that keep it); each plain call is timed (two ``perf_counter``
-  reads) to notice such a stall.
+  reads) to notice such a stall.  In the compiled build, the calls of up to
+  `HOLD_MAX_NBYTES` are native calls that keep the GIL, untimed, but for one
+  in `PROBE_EVERY` (native calls cost less than the socket's methods; the
+  pure build's ctypes twins cost more).
 """
 
 from __future__ import annotations

@@ -7,12 +7,16 @@ Strategy:
   ``recv`` attempt (EAGAIN ones included), appends what arrived to
   ``_read_buffer`` and then slices a ``bytes`` copy out for the caller: three
   copies of every byte and a 64 KiB memset per syscall.
-* Here one object owns the stream's socket I/O:
-  `tornado_readinto._streamcore.StreamCore` (the read core with the shape of
+* Here one object owns the stream's per-message state and its socket I/O:
+  `tornado_readinto._facecore.FaceCore` (the read's Future, Tornado's
+  ``_state``/``_closed``/``_read_future``, the write Futures; over
+  `tornado_readinto._streamcore.StreamCore`: the read core with the shape of
   an ``asyncio.BufferedProtocol``, the receive, the write queue and the
-  cork).  This module is its thin Tornado face: the Futures, the event-loop
-  registration, ``close``, ``start_tls`` and the error policy.
-* Every read goes one way (`ReadIntoIOStream._read`): the core starts it and
+  cork).  This module is its thin Tornado face: each hot method is one call
+  into the core; the face keeps the event-loop registration, ``close``,
+  ``start_tls`` and the error policy, and Tornado's attributes are
+  properties over the core's fields.
+* Every read goes one way (`FaceCore.started`): the core starts it and
   returns its result when the bytes read ahead complete it (a resolved
   Future, no syscall); else the read gets its Future, and either parks at
   once (a short ``recv`` just proved the socket empty) or receives now and
@@ -21,11 +25,10 @@ Strategy:
   reused; ``read_into(buf)`` receives the bytes not read ahead straight into
   ``buf``.  READ interest stays registered while the read-ahead buffer has
   room, so consecutive reads cost no ``epoll_ctl``.
-* A READ event is one Python call of the stream before the receive
-  (`ReadIntoIOStream._read_ready`, the fd's reader on the asyncio loop):
-  Tornado's ``IOLoop`` keeps the books of the registration, but its reader
-  is replaced through the public ``add_reader``.  WRITE events go through
-  Tornado's dispatch as stock.
+* A READ event goes straight to the core (`FaceCore.read_ready`, the fd's
+  reader on the asyncio loop): Tornado's ``IOLoop`` keeps the books of the
+  registration, but its reader is replaced through the public
+  ``add_reader``.  WRITE events go through Tornado's dispatch as stock.
 * Before a pending read parks, its stream may ask the event loop to keep
   polling instead of blocking (see `tornado_readinto.busypoll`); the stream
   never spins inside its own callback.
@@ -554,8 +557,10 @@ class ReadIntoIOStream(IOStream):
         return self._core.read_message_future(reader)  # type: ignore[no-any-return]
 
     def _read(self, start: Callable[..., Any], *args: Any) -> Future[Any]:
-        """The one path of every read: ``start(*args)`` is one of the core's
-        ``read_*`` methods.
+        """The path of the reads that have no entry of their own in the core
+        (``read_until``, ``read_until_regex``, ``read_until_close``):
+        ``start(*args)`` is one of the core's ``read_*`` methods, and
+        `FaceCore.started` does the rest, as for every read.
 
         * The bytes read ahead complete the read: an already resolved Future
           (no read state, no syscall).
@@ -811,10 +816,12 @@ class ReadIntoIOStream(IOStream):
                 run_callbacks(*woken, self._loop)
 
     def _read_ready(self) -> None:
-        """The READ callback that the asyncio loop calls directly: what
-        ``_handle_events(fd, READ)`` does, one Python frame instead of three
-        (Tornado's ``AsyncIOLoop._handle_events``, `_handle_events`,
-        `_dispatch_events`) before `_readable`.
+        """The READ callback that the asyncio loop calls directly
+        (`FaceCore.read_ready`, which `_read_directly` registers itself
+        unless this method is replaced on the instance): what
+        ``_handle_events(fd, READ)`` does, with none of the three Python
+        frames of Tornado's dispatch (``AsyncIOLoop._handle_events``,
+        `_handle_events`, `_dispatch_events`).
 
         Registered with the public ``add_reader`` in place of the reader
         Tornado just registered for READ (`_add_io_state`, `_update_state`):
