@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tornado_readinto import _readcore, _streamcore, framing, writebuffer
+from tornado_readinto import _facecore, _readcore, _streamcore, framing, writebuffer
 
 from ._builds import slots_and_methods, source_path
 
@@ -28,6 +28,7 @@ def declarations(module):
     [
         (_readcore, _readcore.ReadCore),
         (_streamcore, _streamcore.StreamCore),
+        (_facecore, _facecore.FaceCore),
         (writebuffer, writebuffer.ChunkedWriteBuffer),
         (framing, framing.FrameReader),
     ],

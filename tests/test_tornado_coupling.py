@@ -17,13 +17,14 @@ import tornado
 import tornado.iostream
 
 import tornado_readinto
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _readcore, _streamcore, _tornado_compat
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _facecore, _readcore, _streamcore, _tornado_compat
+from tornado_readinto._facecore import FaceCore
 from tornado_readinto._readcore import ReadCore
 from tornado_readinto._streamcore import StreamCore
 
 from ._builds import slots_and_methods
 
-_core_modules = {"StreamCore": _streamcore, "ReadCore": _readcore}
+_core_modules = {"FaceCore": _facecore, "StreamCore": _streamcore, "ReadCore": _readcore}
 
 #: Modules that the stream's core and its Tornado face must not import.
 HTTP_MODULES = ("tornado.web", "tornado.httpserver", "tornado.simple_httpclient", "tornado.httputil")
@@ -80,6 +81,7 @@ def test_coupling_every_copy_is_a_method_of_ours():
     classes = {
         "ReadIntoIOStream": ReadIntoIOStream,
         "SSLReadIntoIOStream": SSLReadIntoIOStream,
+        "FaceCore": FaceCore,
         "StreamCore": StreamCore,
         "ReadCore": ReadCore,
     }
