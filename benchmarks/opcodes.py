@@ -111,9 +111,14 @@ class _Counter:
         return opcode
 
 
-def count(impl: str, loop_name: str, *, clients: int = 8, messages: int = 2000, msize: int = 1024) -> _Counter:
+def count(
+    impl: str, loop_name: str, *, clients: int = 8, messages: int = 2000, msize: int = 1024, trace: bool = True
+) -> _Counter:
     """Run ``impl``'s echo server and the client on ``loop_name``; count the
-    opcodes of ``messages`` round trips (after ``messages // 4`` of warm-up)."""
+    opcodes of ``messages`` round trips (after ``messages // 4`` of warm-up).
+    With ``trace=False`` nothing is traced or counted: the same round trips
+    run as they are (`benchmarks.instructions` counts their machine
+    instructions)."""
     cls = load(IMPLS[impl])
     message = U64.pack(1) + U64.pack(msize) + bytes(range(256)) * (msize // 256) + bytes(msize % 256)
     per_client = max(1, messages // clients)
@@ -144,12 +149,12 @@ def count(impl: str, loop_name: str, *, clients: int = 8, messages: int = 2000, 
         # The warm-up runs traced by a counter thrown away: CPython 3.12
         # reports no opcode events under the first sys.settrace made inside
         # a running coroutine.
-        sys.settrace(_Counter())
+        sys.settrace(_Counter() if trace else previous)
         try:
             await round_trips(max(1, per_client // 4))
         finally:
             sys.settrace(previous)
-        sys.settrace(counter)
+        sys.settrace(counter if trace else previous)
         try:
             await round_trips(per_client)
         finally:

@@ -213,6 +213,23 @@ def load_ratio_across(file: str, before: str, server: str, loop: str, *, metric:
     return get
 
 
+# instructions-*.json: {"results": [{"server", "loop", "per_msg", "runs"}]}.
+
+
+def instructions(res: Results, file: str, server: str, loop: str) -> float:
+    return float(pick(res.json(file), server=server, loop=loop)["per_msg"])
+
+
+def instr_ratio(file: str, server: str, loop: str, base: str, *, before: str | None = None
+                ) -> Callable[[Results], Figure]:
+    """Instructions per message against ``base`` in the same file, or
+    against ``server`` in the file ``before`` (a count: no spread)."""
+    def get(res: Results) -> Figure:
+        theirs = instructions(res, before, server, loop) if before else instructions(res, file, base, loop)
+        return Figure(instructions(res, file, server, loop) / theirs, None, file)
+    return get
+
+
 def load_us(file: str, server: str, loop: str, **more: Any) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
         return measured(load_entry(res, file, server, loop, **more), "loop_cpu_us_per_msg", file, "us")
@@ -296,6 +313,12 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for base in ("asyncio-streams", "asyncio-protocol")},
     **{f"facecore.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned.json", "readinto", loop, "readinto-pure")
        for loop in ("asyncio", "uvloop")},
+    **{f"facecore2.{server}.{loop}.x-{base}": load_ratio("load-facecore-pinned-2.json", server, loop, base)
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")
+       for base in ("asyncio-streams", "asyncio-protocol")},
+    **{f"facecore2.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned-2.json", "readinto", loop,
+                                                       "readinto-pure")
+       for loop in ("asyncio", "uvloop")},
     **{f"facecore-gil.readinto.{loop}.msgs-x-before": load_ratio_across("load-facecore-gil.json",
                                                                          "load-facecore-gil-before.json",
                                                                          "readinto", loop, gil_thread=True)
@@ -305,6 +328,27 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
                                                                         "readinto", loop, metric="p99_s",
                                                                         gil_thread=True)
        for loop in ("asyncio", "uvloop")},
+    **{f"facecore-pure.{loop}.x-before": load_ratio_across("load-facecore-pure.json", "load-facecore-pure-before.json",
+                                                            "readinto-pure", loop, metric="loop_cpu_us_per_msg")
+       for loop in ("asyncio", "uvloop")},
+    **{f"facecore-pure.{loop}.x-streams": load_ratio("load-facecore-pure.json", "readinto-pure", loop,
+                                                     "asyncio-streams")
+       for loop in ("asyncio", "uvloop")},
+    **{f"facecore-pure-before.{loop}.x-streams": load_ratio("load-facecore-pure-before.json", "readinto-pure", loop,
+                                                            "asyncio-streams")
+       for loop in ("asyncio", "uvloop")},
+    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-facecore.json", server, loop, "asyncio-streams")
+       for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol", "spike-compiled")
+       for loop in ("asyncio", "uvloop")},
+    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-facecore.json", server, loop,
+                                                         "asyncio-protocol")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-facecore.json", server, loop, "",
+                                                       before="instructions-before.json")
+       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"instr-before.{server}.{loop}.x-streams": instr_ratio("instructions-before.json", server, loop,
+                                                               "asyncio-streams")
+       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"builds-gil.{server}.{loop}.msgs-x-pure": load_ratio("load-builds-gil.json", server, loop, f"{server}-pure",
                                                               metric="msgs_per_s")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
@@ -710,10 +754,10 @@ QUOTES: list[Quote] = [
     Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
     Quote("README.rst", "hello-world GET at {http.hello.asyncio} the requests/s of stock Tornado"),
     Quote("README.rst", "a 256 MiB POST at {http.post.asyncio}"),
-    Quote("README.rst", "the compiled streams cost {facecore.readinto.asyncio.x-asyncio-streams} (asyncio) and "
-                        "{facecore.readinto.uvloop.x-asyncio-streams} (uvloop) the CPU of asyncio's own Streams, and "
-                        "{facecore.readinto.asyncio.x-asyncio-protocol} and "
-                        "{facecore.readinto.uvloop.x-asyncio-protocol} that of a hand-written BufferedProtocol"),
+    Quote("README.rst", "the compiled streams execute {instr.readinto.asyncio.x-streams} (asyncio) and "
+                        "{instr.readinto.uvloop.x-streams} (uvloop) the machine instructions of asyncio's own "
+                        "Streams, and {instr.readinto.asyncio.x-protocol} and {instr.readinto.uvloop.x-protocol} "
+                        "those of a hand-written BufferedProtocol"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
@@ -733,7 +777,7 @@ QUOTES: list[Quote] = [
                                   "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
                                   "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
                                   "{spike.readinto.asyncio.x-streams} in the same run"),
-    Quote("docs/performance.rst", "Compiled readinto's loop CPU per message was "
+    Quote("docs/performance.rst", "In a first run, compiled readinto's loop CPU per message was "
                                   "{facecore.readinto.asyncio.x-asyncio-streams:spread} asyncio Streams' on asyncio's "
                                   "loop and {facecore.readinto.uvloop.x-asyncio-streams:spread} on uvloop, and "
                                   "{facecore.readinto.asyncio.x-asyncio-protocol:spread} and "
@@ -744,6 +788,30 @@ QUOTES: list[Quote] = [
                                   "{facecore.framed-pool.uvloop.x-asyncio-protocol:spread} the protocol echo's"),
     Quote("docs/performance.rst", "compiled readinto cost {facecore.readinto.asyncio.x-pure:spread} on asyncio's "
                                   "loop and {facecore.readinto.uvloop.x-pure:spread} on uvloop"),
+    Quote("docs/performance.rst", "gave compiled readinto {facecore2.readinto.asyncio.x-asyncio-streams:spread} and "
+                                  "{facecore2.readinto.uvloop.x-asyncio-streams:spread} Streams' CPU, "
+                                  "{facecore2.readinto.asyncio.x-asyncio-protocol:spread} and "
+                                  "{facecore2.readinto.uvloop.x-asyncio-protocol:spread} the protocol echo's, and "
+                                  "{facecore2.readinto.asyncio.x-pure:spread} and {facecore2.readinto.uvloop.x-pure:spread} "
+                                  "the pure build's"),
+    Quote("docs/performance.rst", "Compiled readinto executes {instr.readinto.asyncio.x-streams} the instructions per "
+                                  "message of asyncio Streams on asyncio's loop and {instr.readinto.uvloop.x-streams} on "
+                                  "uvloop; the pure build {instr.readinto-pure.asyncio.x-streams} and "
+                                  "{instr.readinto-pure.uvloop.x-streams}; FramedStream "
+                                  "{instr.framed-pool.asyncio.x-streams} and {instr.framed-pool.uvloop.x-streams}; the "
+                                  "BufferedProtocol echo {instr.asyncio-protocol.asyncio.x-streams} and "
+                                  "{instr.asyncio-protocol.uvloop.x-streams}, and the compiled spike "
+                                  "{instr.spike-compiled.asyncio.x-streams} and {instr.spike-compiled.uvloop.x-streams}"),
+    Quote("docs/performance.rst", "compiled readinto executes {instr.readinto.asyncio.x-before} and "
+                                  "{instr.readinto.uvloop.x-before} the instructions it did then, the pure build "
+                                  "{instr.readinto-pure.asyncio.x-before} and {instr.readinto-pure.uvloop.x-before}, "
+                                  "FramedStream {instr.framed-pool.asyncio.x-before} and "
+                                  "{instr.framed-pool.uvloop.x-before}"),
+    Quote("docs/performance.rst", "its loop CPU per message was {facecore-pure.asyncio.x-before:spread} the earlier "
+                                  "run's on asyncio's loop and {facecore-pure.uvloop.x-before:spread} on uvloop; against "
+                                  "Streams in each run, {facecore-pure.asyncio.x-streams} and "
+                                  "{facecore-pure.uvloop.x-streams} with it, {facecore-pure-before.asyncio.x-streams} "
+                                  "and {facecore-pure-before.uvloop.x-streams} before"),
     Quote("docs/performance.rst", "compiled readinto cost {builds.readinto.uvloop.x-streams:spread} uvloop Streams' "
                                   "CPU per message and {builds.readinto.asyncio.x-streams:spread} asyncio's, and "
                                   "{builds.readinto.uvloop.x-pure:spread} and {builds.readinto.asyncio.x-pure:spread} "
@@ -764,9 +832,11 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
     # CHANGELOG
-    Quote("CHANGELOG.rst", "costs {facecore.readinto.asyncio.x-asyncio-protocol} (asyncio's loop) and "
-                           "{facecore.readinto.uvloop.x-asyncio-protocol} (uvloop) the CPU of a BufferedProtocol "
-                           "echo"),
+    Quote("CHANGELOG.rst", "executes {instr.readinto.asyncio.x-protocol} (asyncio's loop) and "
+                           "{instr.readinto.uvloop.x-protocol} (uvloop) the machine instructions of a "
+                           "BufferedProtocol echo"),
+    Quote("CHANGELOG.rst", "a message costs {instr.readinto.asyncio.x-before} (asyncio's loop) and "
+                           "{instr.readinto.uvloop.x-before} (uvloop) the machine instructions it cost before"),
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),
     Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
