@@ -12,7 +12,7 @@ from benchmarks import instructions
 
 
 def test_the_instruction_count_is_read_from_cachegrinds_summary() -> None:
-    stderr = "==31124== Cachegrind, a cache and branch-prediction profiler\n==31124== \n==31124== I   refs:      892,740,946\n"
+    stderr = "==31124== Cachegrind, a cache profiler\n==31124== \n==31124== I   refs:      892,740,946\n"
     assert instructions.parse_instructions(stderr) == 892_740_946
     with pytest.raises(ValueError, match="no instruction count"):
         instructions.parse_instructions("valgrind: the 'python' executable was not found\n")
