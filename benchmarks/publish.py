@@ -796,7 +796,8 @@ QUOTES: list[Quote] = [
                                   "{facecore2.readinto.uvloop.x-pure:spread} the pure build's"),
     Quote("docs/performance.rst", "Compiled readinto executes {instr.readinto.asyncio.x-streams} the "
                                   "instructions per message of asyncio Streams on asyncio's loop and "
-                                  "{instr.readinto.uvloop.x-streams} on uvloop; the pure build {instr.readinto-pure.asyncio.x-streams} and "
+                                  "{instr.readinto.uvloop.x-streams} on uvloop; the pure build "
+                                  "{instr.readinto-pure.asyncio.x-streams} and "
                                   "{instr.readinto-pure.uvloop.x-streams}; FramedStream "
                                   "{instr.framed-pool.asyncio.x-streams} and {instr.framed-pool.uvloop.x-streams}; the "
                                   "BufferedProtocol echo {instr.asyncio-protocol.asyncio.x-streams} and "
@@ -809,7 +810,8 @@ QUOTES: list[Quote] = [
                                   "FramedStream {instr.framed-pool.asyncio.x-before} and "
                                   "{instr.framed-pool.uvloop.x-before}"),
     Quote("docs/performance.rst", "its loop CPU per message was {facecore-pure.asyncio.x-before:spread} the "
-                                  "earlier run's on asyncio's loop and {facecore-pure.uvloop.x-before:spread} on uvloop; "
+                                  "earlier run's on asyncio's loop and {facecore-pure.uvloop.x-before:spread} on "
+                                  "uvloop; "
                                   "against Streams in each run, {facecore-pure.asyncio.x-streams} and "
                                   "{facecore-pure.uvloop.x-streams} with it, {facecore-pure-before.asyncio.x-streams} "
                                   "and {facecore-pure-before.uvloop.x-streams} before"),
