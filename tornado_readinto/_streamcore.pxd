@@ -54,6 +54,10 @@ from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
 
+# The size of a write, summed in C (a C call from writelines).
+cpdef Py_ssize_t _total_nbytes(object buffers) except -1
+
+
 cdef class StreamCore(ReadCore):
     # -- the socket --
     cdef public object sock                   # socket.socket, or None (TLS: unused)

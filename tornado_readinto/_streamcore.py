@@ -53,7 +53,7 @@ from __future__ import annotations
 import operator
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from time import perf_counter
 from typing import Any, Callable, Final
 
@@ -140,6 +140,9 @@ _NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
 _MIN_STALL_S: Final = _gilheld.MIN_STALL_S
 _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
+#: Up to this many buffers, `_total_nbytes` sums them one by one.
+_FEW_BUFFERS: Final = 8
+
 #: Types whose ``len`` is their size in bytes.
 _LEN_IS_NBYTES: Final = (bytes, bytearray)
 _nbytes = operator.attrgetter("nbytes")
@@ -151,10 +154,19 @@ def _buffer_nbytes(data: Any) -> int:
     return len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
 
 
-def _total_nbytes(buffers: Iterable[Any]) -> int:
-    """The total size in bytes of bytes-like objects, summed in C (no
-    bytecode per buffer: a message may have thousands)."""
-    return sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
+def _total_nbytes(buffers: Sequence[Any]) -> int:
+    """The total size in bytes of bytes-like objects.  A few buffers (a
+    message's head and frames) are summed one by one, ``bytes`` and
+    ``bytearray`` by ``len`` with no ``memoryview`` made (compiled, a C
+    loop); many (a message may have thousands) in C with ``map``, with no
+    bytecode per buffer in the pure build either."""
+    if len(buffers) > _FEW_BUFFERS:
+        return sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
+    total = 0
+    for data in buffers:
+        kind = type(data)
+        total += len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+    return total
 
 
 def _no_close(exc_info: Any) -> None:  # pragma: no cover - replaced by the face
