@@ -230,7 +230,7 @@ class FaceCore(StreamCore):
         """The rest of every read, once the core's ``read_*`` returned
         ``result`` (see ``ReadIntoIOStream._read``): the read's Future."""
         if result is not PENDING:
-            future = Future(loop=self.loop)
+            future: Any = Future(loop=self.loop)
             future.set_result(result)
             state = self.state
             if state is None or state == _ERROR:
@@ -279,14 +279,17 @@ class FaceCore(StreamCore):
         """Resolve the pending read's Future to ``result``."""
         future = self.read_future
         if future is not None:
-            if future.cancelled():  # a plain Future whose done callback has not run yet
+            if type(future) is _EagerReadFuture:
+                if future.cancelled():
+                    self.on_read_cancelled(future)
+                    return
+                future._stream = None
+            elif not future.remove_done_callback(self.done_cb) and future.cancelled():
+                # A plain Future whose done callback was scheduled (so no
+                # longer there to remove) and has not run yet.
                 self.on_read_cancelled(future)
                 return
             self.read_future = None
-            if type(future) is _EagerReadFuture:
-                future._stream = None
-            else:
-                future.remove_done_callback(self.done_cb)
             if self.in_events and self.woken is None and isinstance(future, EagerFuture):
                 # In the readiness callback: its waiters run as it returns.
                 callbacks = future.set_result_eager(result)

@@ -50,6 +50,8 @@
 #                    | QUEUED |  WRITE event: send_queued
 #                    +--------+
 
+cimport cython
+
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
@@ -90,6 +92,7 @@ cdef class StreamCore(ReadCore):
     cpdef object park(self)
     cpdef object readable(self)
     # Outgoing flow.
+    @cython.locals(sent=Py_ssize_t, total=Py_ssize_t, queued=Py_ssize_t)
     cpdef int writelines(self, object buffers, bint connecting, object max_write_nbytes) except -1
     cpdef object send_queued(self)
     cpdef object uncork(self)

@@ -813,7 +813,7 @@ class ReadIntoIOStream(IOStream):
             woken = core.woken
             if woken is not None:
                 core.woken = None
-                run_callbacks(*woken, self._loop)
+                run_callbacks(woken[0], woken[1], self._loop)
 
     def _read_ready(self) -> None:
         """The READ callback that the asyncio loop calls directly
