@@ -29,6 +29,7 @@ cdef class FaceCore(StreamCore):
     cpdef object read_into_future(self, object buf, bint partial=*)
     cpdef object read_bytes_future(self, object num_bytes, bint partial=*)
     cpdef object read_message_future(self, object reader)
+    cpdef object start_failed(self, object error)
     cpdef object busy(self)
     cpdef object started(self, object result)
     cpdef object complete(self, object result)

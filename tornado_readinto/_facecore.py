@@ -179,10 +179,8 @@ class FaceCore(StreamCore):
             return self.busy()
         try:
             result = self.read_into(view, partial)
-        except BufferBusyError:
-            raise
         except Exception as e:
-            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+            return self.start_failed(e)
         return self.started(result)
 
     def read_bytes_future(self, num_bytes: int, partial: bool = False) -> Any:
@@ -193,10 +191,8 @@ class FaceCore(StreamCore):
             return self.busy()
         try:
             result = self.read_bytes(num_bytes, partial)
-        except BufferBusyError:
-            raise
         except Exception as e:
-            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+            return self.start_failed(e)
         return self.started(result)
 
     def read_message_future(self, reader: Any) -> Any:
@@ -206,11 +202,18 @@ class FaceCore(StreamCore):
             return self.busy()
         try:
             result = self.read_message(reader)
-        except BufferBusyError:
-            raise
-        except Exception as e:  # the reader rejected the bytes read ahead
-            return self.face._failed_read(e, "read" if isinstance(e, UnsatisfiableReadError) else "data")
+        except Exception as e:
+            return self.start_failed(e)
         return self.started(result)
+
+    def start_failed(self, error: Exception) -> Any:
+        """A read's start raised ``error``: a `BufferBusyError` is raised on
+        to the caller; anything else (a ``max_bytes`` broken, a reader that
+        rejected the bytes read ahead) fails the read's Future as the stream
+        closes."""
+        if isinstance(error, BufferBusyError):
+            raise error
+        return self.face._failed_read(error, "read" if isinstance(error, UnsatisfiableReadError) else "data")
 
     def busy(self) -> Any:
         """A read started while one is pending: never returns.

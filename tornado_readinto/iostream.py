@@ -72,7 +72,7 @@ from ._tornado_compat import (
     ssl_wrap_socket,
 )
 from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
-from .errors import BufferBusyError, ReadIntoError
+from .errors import ReadIntoError
 from .framing import MessageReader
 
 __all__ = [
@@ -580,12 +580,8 @@ class ReadIntoIOStream(IOStream):
             return core.busy()  # type: ignore[no-any-return]
         try:
             result = start(*args)
-        except UnsatisfiableReadError as e:
-            return self._failed_read(e, "read")
-        except BufferBusyError:
-            raise
-        except Exception as e:  # a reader rejected the bytes read ahead
-            return self._failed_read(e, "data")
+        except Exception as e:
+            return core.start_failed(e)  # type: ignore[no-any-return]
         return core.started(result)  # type: ignore[no-any-return]
 
     def _failed_read(self, error: Exception, where: str) -> Future[Any]:
