@@ -131,8 +131,7 @@ def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contende
     wake-up costs) a read's Future is always the eager one.  On uvloop it is
     the plain one (asyncio's own scheduling, in C) until a stall was seen in
     the process, the eager one after.  Cancelling either closes its stream."""
-    from tornado_readinto import ReadIntoIOStream
-    from tornado_readinto import iostream as iostream_module
+    from tornado_readinto import ReadIntoIOStream, _facecore
     from tornado_readinto.testing import stream_pair
 
     from .conftest import run
@@ -141,7 +140,7 @@ def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contende
         server, client = await stream_pair(ReadIntoIOStream)
         try:
             plain = server.read_into(bytearray(4))
-            expected = iostream_module._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
+            expected = _facecore._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
             assert type(plain) is expected
             await client.write(b"abcd")
             assert await plain == 4
@@ -159,7 +158,7 @@ def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contende
                     other_client.close()
             monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
             eager = server.read_into(bytearray(4))
-            assert type(eager) is iostream_module._EagerReadFuture
+            assert type(eager) is _facecore._EagerReadFuture
             await client.write(b"efgh")
             assert await eager == 4
             cancelled = server.read_into(bytearray(4))

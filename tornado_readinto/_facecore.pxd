@@ -33,11 +33,13 @@ cdef class FaceCore(StreamCore):
     cpdef object busy(self)
     cpdef object started(self, object result)
     cpdef object complete(self, object result)
+    cpdef object listen_if_idle(self)
     cpdef object on_read_done(self, object future)
     cpdef object on_read_cancelled(self, object future)
     cpdef bint read_would_wait(self) except -1
     cpdef object readable_event(self)
     cpdef object read_ready(self)
+    cpdef object end_events(self)
     # Writes.
     cpdef object write_future(self, object buffers)
     cpdef object writable_event(self)

@@ -235,9 +235,7 @@ class FaceCore(StreamCore):
         if result is not PENDING:
             future: Any = Future(loop=self.loop)
             future.set_result(result)
-            state = self.state
-            if state is None or state == _ERROR:
-                self.face._maybe_add_error_listener()
+            self.listen_if_idle()
             return future
         if self.eager or _gilheld.held_until:
             future = _EagerReadFuture(loop=self.loop)
@@ -300,6 +298,12 @@ class FaceCore(StreamCore):
                     self.woken = (future, callbacks)
             else:
                 future.set_result(result)
+        self.listen_if_idle()
+
+    def listen_if_idle(self) -> None:
+        """After a read or write that left nothing registered but errors:
+        the face's ``_maybe_add_error_listener`` (Tornado's), which watches
+        for the peer closing."""
         state = self.state
         if state is None or state == _ERROR:
             self.face._maybe_add_error_listener()
@@ -361,11 +365,16 @@ class FaceCore(StreamCore):
             if self.fail(e, "events"):
                 raise
         finally:
-            self.in_events = False
-            woken = self.woken
-            if woken is not None:
-                self.woken = None
-                run_callbacks(woken[0], woken[1], self.loop)
+            self.end_events()
+
+    def end_events(self) -> None:
+        """A readiness callback of the stream returns: the waiters of the
+        read it completed (kept by `complete`) run now, in this loop turn."""
+        self.in_events = False
+        woken = self.woken
+        if woken is not None:
+            self.woken = None
+            run_callbacks(woken[0], woken[1], self.loop)
 
     # -- writes ----------------------------------------------------------------
 
@@ -383,9 +392,7 @@ class FaceCore(StreamCore):
             if future is None:
                 future = self.sent_future = Future(loop=self.loop)
                 future.set_result(None)
-            state = self.state
-            if state is None or state == _ERROR:
-                self.face._maybe_add_error_listener()
+            self.listen_if_idle()
             return future
         future = Future(loop=self.loop)
         self.write_futures.append((self.write_index, future))

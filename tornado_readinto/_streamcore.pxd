@@ -56,7 +56,8 @@ from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
 
-# The size of a write, summed in C (a C call from writelines).
+# Sizes of what is written, in C (C calls from writelines and _cork).
+cpdef Py_ssize_t _buffer_nbytes(object data) except -1
 cpdef Py_ssize_t _total_nbytes(object buffers) except -1
 
 
@@ -98,4 +99,5 @@ cdef class StreamCore(ReadCore):
     cpdef object uncork(self)
     cdef object _write_segments(self)
     cdef object _cork(self, object buffers)
+    cdef bint _untimed(self, Py_ssize_t nbytes)
     cdef object _sendmsg(self, object buffers, Py_ssize_t nbytes)

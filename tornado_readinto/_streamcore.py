@@ -164,8 +164,7 @@ def _total_nbytes(buffers: Sequence[Any]) -> int:
         return sum(map(_nbytes, map(memoryview, buffers)))  # type: ignore[arg-type]
     total = 0
     for data in buffers:
-        kind = type(data)
-        total += len(data) if kind is bytes or kind is bytearray else memoryview(data).nbytes
+        total += _buffer_nbytes(data)
     return total
 
 
@@ -366,14 +365,11 @@ class StreamCore(ReadCore):
 
         :raises OSError: the receive failed.
         """
-        if _NATIVE_RECV_INTO is not None and self.own_socket_io and len(view) <= HOLD_MAX_NBYTES:
-            if self.untimed > 0:
-                self.untimed -= 1
-                try:
-                    return _NATIVE_RECV_INTO(self.fd, view)  # type: ignore[no-any-return]
-                except BlockingIOError:
-                    return None
-            self.untimed = PROBE_EVERY - 1
+        if _NATIVE_RECV_INTO is not None and self._untimed(len(view)):
+            try:
+                return _NATIVE_RECV_INTO(self.fd, view)  # type: ignore[no-any-return]
+            except BlockingIOError:
+                return None
         sock = self.sock
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
@@ -564,6 +560,19 @@ class StreamCore(ReadCore):
         self.cork_nbytes += total
         return True
 
+    def _untimed(self, nbytes: int) -> bool:
+        """Whether a receive or send of ``nbytes`` on the real socket goes
+        as a native call, untimed (the compiled build, see `recv_plain`):
+        up to `HOLD_MAX_NBYTES`, except one such call in `PROBE_EVERY`,
+        which goes the timed way."""
+        if not self.own_socket_io or nbytes > HOLD_MAX_NBYTES:
+            return False
+        if self.untimed > 0:
+            self.untimed -= 1
+            return True
+        self.untimed = PROBE_EVERY - 1
+        return False
+
     def _sendmsg(self, buffers: Any, nbytes: int) -> int:
         """``sendmsg(buffers)`` (``nbytes`` in all) on the plain socket,
         keeping the GIL while it is contended (see `tornado_readinto._gilheld`).
@@ -574,11 +583,8 @@ class StreamCore(ReadCore):
         :raises BlockingIOError: the send buffer is full.
         :raises OSError: the send failed.
         """
-        if _NATIVE_WRITEV is not None and self.own_socket_io and nbytes <= HOLD_MAX_NBYTES:
-            if self.untimed > 0:
-                self.untimed -= 1
-                return _NATIVE_WRITEV(self.fd, buffers)  # type: ignore[no-any-return]
-            self.untimed = PROBE_EVERY - 1
+        if _NATIVE_WRITEV is not None and self._untimed(nbytes):
+            return _NATIVE_WRITEV(self.fd, buffers)  # type: ignore[no-any-return]
         sock = self.sock
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:

@@ -58,8 +58,7 @@ from tornado.log import gen_log
 from tornado.platform.asyncio import BaseAsyncIOLoop
 
 from . import _gilheld, busypoll
-from ._eager import EagerFuture, run_callbacks
-from ._facecore import FaceCore, _ClosesOnCancel, _EagerReadFuture, _retrieve, _writable_bytes_view  # noqa: F401
+from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
 from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES
 from ._tornado_compat import (
@@ -440,25 +439,6 @@ class ReadIntoIOStream(IOStream):
     # The core's state, for tests and introspection.
 
     @property
-    def _in_events(self) -> bool:
-        """True while a readiness callback of the stream runs."""
-        return self._core.in_events
-
-    @_in_events.setter
-    def _in_events(self, value: bool) -> None:
-        self._core.in_events = value
-
-    @property
-    def _woken(self) -> tuple[EagerFuture, Any] | None:
-        """The read a readiness callback completed and its waiters'
-        callbacks, run as it returns (see `tornado_readinto._eager`)."""
-        return self._core.woken  # type: ignore[no-any-return]
-
-    @_woken.setter
-    def _woken(self, value: tuple[EagerFuture, Any] | None) -> None:
-        self._core.woken = value
-
-    @property
     def _busy_poll(self) -> BusyPoll | None:
         return self._core.busy_poll
 
@@ -805,11 +785,7 @@ class ReadIntoIOStream(IOStream):
         try:
             self._dispatch_events(fd, events)
         finally:
-            core.in_events = False
-            woken = core.woken
-            if woken is not None:
-                core.woken = None
-                run_callbacks(woken[0], woken[1], self._loop)
+            core.end_events()
 
     def _read_ready(self) -> None:
         """The READ callback that the asyncio loop calls directly
@@ -933,7 +909,7 @@ class ReadIntoIOStream(IOStream):
         self.socket = None  # type: ignore[assignment]
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
-        self._closed = core.closed = True
+        core.closed = True
         core.sock = None  # type: ignore[assignment]
         core.own_socket_io = False
         core.fd = -1
