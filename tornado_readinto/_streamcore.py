@@ -42,10 +42,11 @@ Strategy:
 * While another thread is seen to hold the GIL, ``recv_into`` and
   ``sendmsg`` of a real socket go through `tornado_readinto._gilheld`
   (calls that keep it); each plain call is timed (two ``perf_counter``
-  reads) to notice such a stall.  In the compiled build, the calls of up to
-  `HOLD_MAX_NBYTES` are native calls that keep the GIL, untimed, but for one
-  in `PROBE_EVERY` (native calls cost less than the socket's methods; the
-  pure build's ctypes twins cost more).
+  reads) to notice such a stall.  In the compiled build, in a process with
+  no other Python thread (none can want the GIL), the calls of up to
+  `HOLD_MAX_NBYTES` are native calls that keep the GIL, untimed (native
+  calls cost less than the socket's methods; the pure build's ctypes twins
+  cost more).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from typing import Any, Callable, Final
 from . import _gilheld
 from ._readcore import DEFAULT_MAX_BUFFER_SIZE, DEFAULT_READ_CHUNK_SIZE, DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
 from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
-from .busypoll import BusyPoll
+from .busypoll import BusyPoll, other_threads
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = [
@@ -126,10 +127,11 @@ QUEUED: Final = 3
 #: methods, which release the GIL while the kernel copies.
 HOLD_MAX_NBYTES: Final = 64 * 1024  # bytes
 
-#: One in this many of those calls goes the timed way instead (the socket's
-#: method, or the held call while the GIL is known to be contended), so that
-#: a stall still shows that another thread wants the GIL (see `_gilheld`):
-#: the eager wake-up on uvloop depends on it.
+#: Those calls are untimed only in a process with no other Python thread;
+#: where one exists they go the timed way (the socket's method, or the held
+#: call while the GIL is known to be contended), so that a stall shows that
+#: another thread wants the GIL (see `_gilheld`: the eager wake-up on uvloop
+#: depends on it).  Which holds is looked at again every this many calls.
 PROBE_EVERY: Final = 32  # calls
 
 # The native calls of the compiled build (None in the pure build, whose
@@ -359,9 +361,9 @@ class StreamCore(ReadCore):
         that keeps it (see `tornado_readinto._gilheld`).  Costs two
         ``perf_counter`` reads.
 
-        In the compiled build, a real socket's receive of up to
-        `HOLD_MAX_NBYTES` is one native ``recv`` that keeps the GIL, untimed,
-        except one in `PROBE_EVERY`.
+        In the compiled build, in a process with no other Python thread, a
+        real socket's receive of up to `HOLD_MAX_NBYTES` is one native
+        ``recv`` that keeps the GIL, untimed (see `_untimed`).
 
         :raises OSError: the receive failed.
         """
@@ -563,22 +565,33 @@ class StreamCore(ReadCore):
     def _untimed(self, nbytes: int) -> bool:
         """Whether a receive or send of ``nbytes`` on the real socket goes
         as a native call, untimed (the compiled build, see `recv_plain`):
-        up to `HOLD_MAX_NBYTES`, except one such call in `PROBE_EVERY`,
-        which goes the timed way."""
+        up to `HOLD_MAX_NBYTES`, in a process with no other Python thread
+        (none can want the GIL, so there is no stall to watch for).  Where
+        one exists every call is timed, as in the pure build, so that a
+        stall is seen at once.  Which of the two holds is looked at again
+        every `PROBE_EVERY` such calls (``untimed`` counts them down: above
+        0 untimed, below 0 timed)."""
         if not self.own_socket_io or nbytes > HOLD_MAX_NBYTES:
             return False
-        if self.untimed > 0:
-            self.untimed -= 1
+        left = self.untimed
+        if left > 0:
+            self.untimed = left - 1
             return True
+        if left < 0:
+            self.untimed = left + 1
+            return False
+        if other_threads():
+            self.untimed = 1 - PROBE_EVERY
+            return False
         self.untimed = PROBE_EVERY - 1
-        return False
+        return True
 
     def _sendmsg(self, buffers: Any, nbytes: int) -> int:
         """``sendmsg(buffers)`` (``nbytes`` in all) on the plain socket,
         keeping the GIL while it is contended (see `tornado_readinto._gilheld`).
-        In the compiled build, a real socket's send of up to
-        `HOLD_MAX_NBYTES` is one native ``writev`` that keeps the GIL, untimed,
-        except one in `PROBE_EVERY`.
+        In the compiled build, in a process with no other Python thread, a
+        real socket's send of up to `HOLD_MAX_NBYTES` is one native
+        ``writev`` that keeps the GIL, untimed (see `_untimed`).
 
         :raises BlockingIOError: the send buffer is full.
         :raises OSError: the send failed.
