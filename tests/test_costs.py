@@ -27,7 +27,7 @@ class Counts:
     """Futures made by the stream (all in its core, _facecore.py), by kind."""
 
     def __init__(self, monkeypatch):
-        self.resolved = 0  # plain Futures (reads served from the read-ahead, writes)
+        self.resolved = 0  # plain Futures (reads served from the read-ahead, writes) made here
         self.parked = 0  # read Futures that waited for the socket
         counts = self
         # (a write sent at once returns the stream's one resolved Future,
@@ -84,7 +84,7 @@ async def _pingpong(client, server_task, nmessages):
 
 
 @pytest.mark.parametrize("busy_poll_s", [0, 50e-6])
-def test_read_into_echo_costs_one_recv_one_sendmsg_two_futures_per_message(
+def test_read_into_echo_costs_one_recv_one_sendmsg_one_future_per_message(
     loop_name, busy_poll_s, monkeypatch, stream_clock
 ):
     # spinning is refused while other threads exist (earlier tests may have
@@ -119,10 +119,42 @@ def test_read_into_echo_costs_one_recv_one_sendmsg_two_futures_per_message(
         assert len(received) == nmessages and all(r.received == 16 + len(PAYLOAD) for r in received)
         assert len(sock.recvs) == nmessages  # no recv that was bound to fail with EAGAIN
         assert sock.sends == [16 + len(PAYLOAD)] * nmessages and sock.sendmsg_buffers == [2] * nmessages
-        # per message: the header read waits for the socket; the payload read
-        # is already resolved when it returns; the write makes no Future (it
-        # returns the stream's one resolved Future)
-        assert (counts.parked, counts.resolved) == (nmessages, nmessages)
+        # per message: the header read waits for the socket (its own Future);
+        # the payload read is filled from the read-ahead buffer and returns
+        # the stream's resolved Future of such reads, made at the first
+        # message (its count, 1024, repeats); the write makes none either (it
+        # returns the stream's one resolved write Future)
+        assert (counts.parked, counts.resolved) == (nmessages, 0)
+
+    run(main(), loop=loop_name)
+
+
+def test_reads_filled_from_the_read_ahead_share_a_resolved_future_while_the_count_repeats(loop_name):
+    """A ``read_into`` that the bytes read ahead fill returns the stream's
+    resolved Future of such reads while its count repeats, and a new one
+    when the count changes; each resolves to its own count and its buffer
+    holds its own bytes.  A read that waits always gets a Future of its own."""
+    data = bytes(range(40))
+
+    async def main():
+        server, client = _pair()
+        client.socket.sendall(data)  # all 40 bytes wait in the kernel before the first recv
+        first = bytearray(4)
+        assert await server.read_into(first) == 4
+        assert server._core.buffered_nbytes == 36  # the rest were read ahead
+        bufs = [bytearray(n) for n in (8, 8, 4, 8, 8)]
+        futures = [server.read_into(b) for b in bufs]
+        assert all(f.done() for f in futures)
+        assert [f.result() for f in futures] == [8, 8, 4, 8, 8]
+        assert futures[0] is futures[1] and futures[3] is futures[4]
+        assert len({id(f) for f in futures}) == 3  # 8, then 4, then 8 again: a new one each change
+        assert b"".join([first, *bufs]) == data
+        waiting = server.read_into(bytearray(8))  # nothing read ahead: it waits
+        assert not waiting.done() and waiting is not futures[4]
+        client.write(data[:8])
+        assert await waiting == 8
+        client.close()
+        server.close()
 
     run(main(), loop=loop_name)
 

@@ -490,3 +490,46 @@ def test_the_pure_build_runs_the_ctypes_calls():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "False", "recv_into_ctypes", "writev_ctypes", "False", "4", "b'ping'"]
+
+
+
+_REPORT_OTHER_THREADS = textwrap.dedent(
+    """
+    import threading
+    import tornado_readinto
+    from tornado_readinto import busypoll
+    started, stop = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (started.set(), stop.wait(10)))
+    seen = [threading.active_count(), busypoll.other_threads()]
+    worker.start()
+    started.wait(10)
+    seen.append(busypoll.other_threads())
+    stop.set()
+    worker.join(10)
+    seen.append(busypoll.other_threads())
+    print(tornado_readinto.COMPILED, busypoll.other_threads.__name__, *seen)
+    """
+)
+
+
+@pytest.mark.parametrize("build", ["default", "pure"])
+def test_other_threads_agrees_with_threading_as_threads_come_and_go(build: str) -> None:
+    """``busypoll.other_threads``, in a fresh process with no other thread:
+    False alone, True while a second thread runs, False again once it has
+    ended.  The compiled build's is the native walk of the interpreter's
+    thread states; the pure build's is ``threading.active_count() > 1``."""
+    env = dict(os.environ)
+    env.pop("TORNADO_READINTO_NO_EXTENSIONS", None)
+    if build == "pure":
+        env["TORNADO_READINTO_NO_EXTENSIONS"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-c", _REPORT_OTHER_THREADS], env=env, cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    compiled, name, *seen = result.stdout.split()
+    assert seen == ["1", "False", "True", "False"]
+    if build == "pure":
+        assert (compiled, name) == ("False", "_active_threads_other")
+    elif tornado_readinto.COMPILED:
+        assert (compiled, name) == ("True", "other_threads")

@@ -23,6 +23,8 @@ cdef class FaceCore(StreamCore):
     cdef public object woken                  # (future, callbacks) to run as it returns, or None
     # -- Futures --
     cdef public object sent_future            # the resolved Future of writes sent at once, or None
+    cdef public object filled_future          # the resolved Future of the last read_into filled at once
+    cdef public Py_ssize_t filled_nbytes      # ...and its count (-1: none)
     cdef public object done_cb                # on_read_done, bound once
 
     # Reads.

@@ -132,6 +132,8 @@ class FaceCore(StreamCore):
         "in_events",
         "woken",
         "sent_future",
+        "filled_future",
+        "filled_nbytes",
         "write_futures",
         "max_write_nbytes",
         "done_cb",
@@ -161,6 +163,10 @@ class FaceCore(StreamCore):
         self.woken: Any = None
         #: The resolved Future that writes sent at once share (made on first use).
         self.sent_future: Any = None
+        #: The resolved Future of the last ``read_into`` that the bytes read
+        #: ahead filled, and its byte count (-1: none).
+        self.filled_future: Any = None
+        self.filled_nbytes = -1
         #: Tornado's ``_write_futures``: ``(write index, Future)`` in order.
         self.write_futures: Any = deque()
         #: Tornado's ``max_write_buffer_size`` (None: no limit).
@@ -181,7 +187,19 @@ class FaceCore(StreamCore):
             result = self.read_into(view, partial)
         except Exception as e:
             return self.start_failed(e)
-        return self.started(result)
+        if result is PENDING:
+            return self.started(result)
+        # The bytes read ahead filled it: an already resolved Future, the
+        # same one while the count repeats (a framed protocol's frames of
+        # one size, each read from the read-ahead buffer), so that none is
+        # made.
+        future = self.filled_future
+        if future is None or self.filled_nbytes != result:
+            future = self.filled_future = Future(loop=self.loop)
+            future.set_result(result)
+            self.filled_nbytes = result
+        self.listen_if_idle()
+        return future
 
     def read_bytes_future(self, num_bytes: int, partial: bool = False) -> Any:
         """The face's ``read_bytes``: see `ReadIntoIOStream.read_bytes`."""
@@ -291,7 +309,7 @@ class FaceCore(StreamCore):
                 self.on_read_cancelled(future)
                 return
             self.read_future = None
-            if self.in_events and self.woken is None and isinstance(future, EagerFuture):
+            if self.in_events and self.woken is None and type(future) is not Future and isinstance(future, EagerFuture):
                 # In the readiness callback: its waiters run as it returns.
                 callbacks = future.set_result_eager(result)
                 if callbacks is not None:

@@ -18,9 +18,14 @@ duration of the call only, and released on every path.
 from cpython.buffer cimport PyBUF_FULL_RO, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
 from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pystate cimport PyInterpreterState, PyInterpreterState_ThreadHead, PyThreadState, PyThreadState_Get, PyThreadState_Next
 from libc.errno cimport EINTR, errno
 from posix.uio cimport iovec
 from posix.uio cimport writev as c_writev
+
+
+cdef extern from "Python.h":
+    PyInterpreterState *PyThreadState_GetInterpreter(PyThreadState *tstate)
 
 
 cdef extern from "<sys/socket.h>" nogil:
@@ -112,3 +117,20 @@ def writev(int fd, buffers):
             PyBuffer_Release(&exports[i])
         PyMem_Free(exports)
         PyMem_Free(iov)
+
+
+def other_threads():
+    """True while the interpreter has a thread besides the caller's: any
+    other thread state, which every thread that runs Python code (or can
+    ask for the GIL) has.  A walk of the interpreter's list of thread
+    states, done holding the GIL: a few C instructions, where
+    ``threading.active_count()`` (the pure build's test) takes a lock and
+    runs Python code.
+    """
+    cdef PyThreadState *current = PyThreadState_Get()
+    cdef PyThreadState *state = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(current))
+    while state != NULL:
+        if state != current:
+            return True
+        state = PyThreadState_Next(state)
+    return False

@@ -4,7 +4,13 @@
 
 cimport cython
 
+from tornado_readinto._bytecopy cimport _copy_c
 from tornado_readinto.framing cimport FrameReader
+
+
+# A C constant (see _readcore.py).
+cdef Py_ssize_t _SHRINK_FACTOR
+
 
 
 cdef class ReadCore:
@@ -16,7 +22,7 @@ cdef class ReadCore:
     # -- the read-ahead buffer: valid bytes are _ra[_start : _start + buffered_nbytes] --
     cdef public Py_ssize_t buffered_nbytes
     cdef public bint eof                      # eof_received (or connection_lost) was called
-    cdef readonly object _ra                  # bytearray or None (allocated on first use)
+    cdef readonly bytearray _ra               # or None (allocated on first use)
     cdef object _ra_view                      # memoryview of _ra, or None
     cdef Py_ssize_t _start
     # -- the pending read (one at most) --
@@ -34,7 +40,9 @@ cdef class ReadCore:
     cdef readonly object _lent                # the view get_buffer handed out last, or None
     cdef bint _direct                         # ...and whether it is the pending read's own buffer
 
-    # Starting reads: the result, or PENDING.
+    # Starting reads: the result, or PENDING.  Sizes and offsets are C
+    # integers (@cython.locals) on the per-message paths.
+    @cython.locals(nbytes=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, take=Py_ssize_t)
     cpdef object read_into(self, object view, bint partial=*)
     cpdef object read_bytes(self, Py_ssize_t num_bytes, bint partial=*)
     cpdef object read_until(self, object delimiter, object max_bytes=*)
@@ -42,8 +50,11 @@ cdef class ReadCore:
     cpdef object read_until_close(self)
     cpdef object read_message(self, object reader)
     # The BufferedProtocol shape.
+    @cython.locals(mode=int, size=Py_ssize_t, room=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t,
+                   half=Py_ssize_t)
     cpdef object get_buffer(self, Py_ssize_t sizehint=*)
-    @cython.locals(reader=FrameReader)
+    @cython.locals(reader=FrameReader, mode=int, size=Py_ssize_t, filled=Py_ssize_t, missing=Py_ssize_t,
+                   start=Py_ssize_t, take=Py_ssize_t, wanted=Py_ssize_t)
     cpdef object buffer_updated(self, Py_ssize_t nbytes, bint more=*)
     cpdef object search(self)
     cpdef object eof_received(self, bint clean=*)
@@ -52,6 +63,7 @@ cdef class ReadCore:
     # Internals (no Python call).
     cdef object _drop_lent(self)
     cdef object _end_read(self)
+    @cython.locals(filled=Py_ssize_t)
     cdef object _finish_into(self)
     cdef object _finish_take(self, Py_ssize_t nbytes)
     cdef object _find_delimiter(self)
@@ -59,6 +71,7 @@ cdef class ReadCore:
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)
     cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
+    @cython.locals(size=Py_ssize_t, ra=bytearray)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)
     cdef object _release_read_ahead(self)

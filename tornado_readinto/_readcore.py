@@ -1,4 +1,4 @@
-# cython: annotation_typing=False
+# cython: annotation_typing=False, warn.unreachable=False
 """`ReadCore`: the read state machine of a stream, with no socket and no loop.
 
 Strategy:
@@ -43,11 +43,19 @@ from __future__ import annotations
 
 import enum
 from re import Pattern
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ._tornado_compat import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
 from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
 from .framing import NEED_DATA, FrameReader, MessageReader
+
+if TYPE_CHECKING:
+    from . import _cyshim as cython
+else:
+    try:
+        import cython  # resolved by Cython when compiled
+    except ModuleNotFoundError:
+        from . import _cyshim as cython
 
 __all__ = ["ReadCore", "PENDING", "DIRECT_READ_MIN_NBYTES"]
 
@@ -291,13 +299,16 @@ class ReadCore:
         """
         if self._mode != _IDLE:
             raise BufferBusyError("a read is already in progress on this stream")
-        nbytes = view.nbytes
+        nbytes = len(view)  # (its nbytes: the view is 1-D 'B')
         size = self.buffered_nbytes
         if size >= nbytes > 0:
             # All of it read ahead (a header, a small frame of a buffered
             # message): the shortest path.
             start = self._start
-            view[:] = self._ra_view[start : start + nbytes]  # type: ignore[index]
+            if cython.compiled:
+                _copy_c(view, 0, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                view[:] = self._ra_view[start : start + nbytes]  # type: ignore[index]
             if size > nbytes:
                 self.buffered_nbytes = size - nbytes
                 self._start = start + nbytes
@@ -309,7 +320,10 @@ class ReadCore:
         if take:
             start = self._start
             assert self._ra_view is not None
-            view[:take] = self._ra_view[start : start + take]
+            if cython.compiled:
+                _copy_c(view, 0, self._ra_view, start, take)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                view[:take] = self._ra_view[start : start + take]
             self._take_nbytes(take)
         if take == nbytes or (partial and take):
             view.release()
@@ -447,8 +461,10 @@ class ReadCore:
           so that at most ``read_chunk_size`` bytes are read ahead, and empty
           when that many are: receive nothing then.
 
-        Cost: one memoryview slice; sometimes a compaction (one move of the
-        bytes read ahead) or a new read-ahead buffer.
+        Cost: one memoryview slice, none when the view is the whole
+        read-ahead buffer (nothing read ahead: the usual case between
+        messages); sometimes a compaction (one move of the bytes read ahead)
+        or a new read-ahead buffer.
 
         :arg sizehint: ignored (the core knows how much it needs).
         :raises Exception: what a pending read's ``reader.get_buffer()``
@@ -483,7 +499,10 @@ class ReadCore:
             assert ra is not None and self._ra_view is not None
             end = self._start + size
             stop = end + room
-            view = self._ra_view[end : stop if stop < len(ra) else len(ra)]
+            if end == 0 and stop >= len(ra):
+                view = self._ra_view  # the whole buffer: no slice made
+            else:
+                view = self._ra_view[end : stop if stop < len(ra) else len(ra)]
         else:
             if mode == _BYTES:
                 # Room for the whole pending read, but never more than one
@@ -497,7 +516,8 @@ class ReadCore:
                 if ra is None or self._start + size + half > len(ra):  # else the room is there
                     self._reserve(half)
             assert self._ra_view is not None
-            view = self._ra_view[self._start + size :]
+            end = self._start + size
+            view = self._ra_view if end == 0 else self._ra_view[end:]
         self._lent = view
         self._direct = False
         return view
@@ -528,10 +548,11 @@ class ReadCore:
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
         self._lent = None  # as _drop_lent, inline (once per receive)
-        try:
-            lent.release()
-        except BufferError:
-            pass
+        if self._direct:
+            try:
+                lent.release()
+            except BufferError:
+                pass
         mode = self._mode
         if mode == _INTO and not self._direct and nbytes:
             # A small read_into (a header) completed from the read-ahead
@@ -541,7 +562,10 @@ class ReadCore:
             missing = self._nbytes - filled
             if missing < size <= self.max_buffer_size:
                 start = self._start
-                self._target[filled:] = self._ra_view[start : start + missing]  # type: ignore[index]
+                if cython.compiled:
+                    _copy_c(self._target, filled, self._ra_view, start, missing)  # type: ignore[name-defined]  # noqa: F821
+                else:
+                    self._target[filled:] = self._ra_view[start : start + missing]  # type: ignore[index]
                 self.buffered_nbytes = size - missing
                 self._start = start + missing
                 self._filled = self._nbytes
@@ -581,7 +605,10 @@ class ReadCore:
             start = self._start
             target = self._target
             assert target is not None and self._ra_view is not None
-            target[filled : filled + take] = self._ra_view[start : start + take]
+            if cython.compiled:
+                _copy_c(target, filled, self._ra_view, start, take)  # type: ignore[name-defined]  # noqa: F821
+            else:
+                target[filled : filled + take] = self._ra_view[start : start + take]
             self._take_nbytes(take)
             self._filled = filled = filled + take
             if filled == self._nbytes or self._partial:
@@ -691,16 +718,21 @@ class ReadCore:
     # -- completing reads --------------------------------------------------------
 
     def _drop_lent(self) -> None:
-        """Release the view `get_buffer` handed out last, unless the engine
-        still holds an export of it (uvloop releases its export only after
-        ``buffer_updated`` returns): it then goes with its last reference."""
+        """Forget the view `get_buffer` handed out last.  A view of a read's
+        own buffer is released (the caller may resize the buffer then),
+        unless the engine still holds an export of it (uvloop releases its
+        export only after ``buffer_updated`` returns): it then goes with its
+        last reference.  A view of the read-ahead buffer (which may be
+        ``_ra_view`` itself) is only dropped: the core keeps that buffer
+        exported anyway."""
         lent = self._lent
         assert lent is not None
         self._lent = None
-        try:
-            lent.release()
-        except BufferError:
-            pass
+        if self._direct:
+            try:
+                lent.release()
+            except BufferError:
+                pass
 
     def _end_read(self) -> None:
         """Back to idle; the target (if any) is released."""

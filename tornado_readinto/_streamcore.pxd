@@ -88,6 +88,7 @@ cdef class StreamCore(ReadCore):
 
     # Incoming flow.
     cpdef bint proved_empty(self, bint read_registered)
+    @cython.locals(reading=bint, requested=Py_ssize_t)
     cpdef object receive(self)
     cpdef object recv_plain(self, object view)
     cpdef object park(self)

@@ -145,15 +145,13 @@ _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 #: Up to this many buffers, `_total_nbytes` sums them one by one.
 _FEW_BUFFERS: Final = 8
 
-#: Types whose ``len`` is their size in bytes.
-_LEN_IS_NBYTES: Final = (bytes, bytearray)
 _nbytes = operator.attrgetter("nbytes")
 
 
 def _buffer_nbytes(data: Any) -> int:
     """The size of a bytes-like object in bytes (``len`` would count the
     items of a typed buffer)."""
-    return len(data) if type(data) in _LEN_IS_NBYTES else memoryview(data).nbytes
+    return len(data) if type(data) in (bytes, bytearray) else memoryview(data).nbytes
 
 
 def _total_nbytes(buffers: Sequence[Any]) -> int:

@@ -239,10 +239,26 @@ class LoopSpinner:
             self._running = False
 
 
-def other_threads() -> bool:
+def _active_threads_other() -> bool:
     """True while this process has a Python thread besides the caller's
-    (about 0.3 us)."""
+    (``threading.active_count() > 1``, about 0.3 us)."""
     return threading.active_count() > 1
+
+
+def _load_other_threads() -> Callable[[], bool]:
+    """The compiled build's native test (a walk of the interpreter's thread
+    states, a few C instructions), else `_active_threads_other`."""
+    try:
+        from ._gilheld_native import other_threads as native
+    except ImportError:  # the pure build (its finder refuses the module), or no compiler
+        return _active_threads_other
+    return native  # type: ignore[no-any-return]
+
+
+#: ``other_threads()``: True while this process has a Python thread besides
+#: the caller's.  Native in the compiled build, ``threading.active_count()``
+#: in the pure one.
+other_threads = _load_other_threads()
 
 
 _spinners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopSpinner] = weakref.WeakKeyDictionary()

@@ -19,6 +19,8 @@
 
 cimport cython
 
+from tornado_readinto._bytecopy cimport _copy_c
+
 
 cdef object _lengths_struct(object nframes)
 cdef object _empty_frame()

@@ -464,8 +464,9 @@ class ReadIntoIOStream(IOStream):
         `DIRECT_READ_MIN_NBYTES` go through the read-ahead buffer).  ``buf``
         is not counted against ``max_buffer_size``.  When the bytes are
         already read ahead, this is one copy and an already resolved Future,
-        with no syscall.  A zero-byte ``buf`` resolves at once with no
-        syscall.
+        with no syscall: the stream's one such Future while the byte count
+        repeats (no Future is made), a new one when it changes.  A zero-byte
+        ``buf`` resolves at once with no syscall.
 
         :arg buf: where the bytes land; must not be resized until the read is
             done.
