@@ -337,14 +337,20 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"facecore-pure-before.{loop}.x-streams": load_ratio("load-facecore-pure-before.json", "readinto-pure", loop,
                                                             "asyncio-streams")
        for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-facecore.json", server, loop, "asyncio-streams")
-       for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol", "spike-compiled")
+    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-typed.json", server, loop, "asyncio-streams")
+       for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol")
        for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-facecore.json", server, loop,
+    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-typed.json", server, loop,
                                                          "asyncio-protocol")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-facecore.json", server, loop, "",
-                                                       before="instructions-before.json")
+    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-typed.json", server, loop, "",
+                                                       before="instructions-typed-before.json")
+       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"instr-facecore.{server}.{loop}.x-streams": instr_ratio("instructions-facecore.json", server, loop,
+                                                                 "asyncio-streams")
+       for server in ("readinto", "spike-compiled") for loop in ("asyncio", "uvloop")},
+    **{f"instr-facecore.{server}.{loop}.x-before": instr_ratio("instructions-facecore.json", server, loop, "",
+                                                                before="instructions-before.json")
        for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"instr-before.{server}.{loop}.x-streams": instr_ratio("instructions-before.json", server, loop,
                                                                "asyncio-streams")
@@ -801,14 +807,16 @@ QUOTES: list[Quote] = [
                                   "{instr.readinto-pure.uvloop.x-streams}; FramedStream "
                                   "{instr.framed-pool.asyncio.x-streams} and {instr.framed-pool.uvloop.x-streams}; the "
                                   "BufferedProtocol echo {instr.asyncio-protocol.asyncio.x-streams} and "
-                                  "{instr.asyncio-protocol.uvloop.x-streams}, and the compiled spike "
-                                  "{instr.spike-compiled.asyncio.x-streams} and "
-                                  "{instr.spike-compiled.uvloop.x-streams}"),
+                                  "{instr.asyncio-protocol.uvloop.x-streams}"),
     Quote("docs/performance.rst", "compiled readinto executes {instr.readinto.asyncio.x-before} and "
                                   "{instr.readinto.uvloop.x-before} the instructions it did then, the pure build "
                                   "{instr.readinto-pure.asyncio.x-before} and {instr.readinto-pure.uvloop.x-before}, "
                                   "FramedStream {instr.framed-pool.asyncio.x-before} and "
                                   "{instr.framed-pool.uvloop.x-before}"),
+    Quote("docs/performance.rst", "had brought compiled readinto to {instr-facecore.readinto.asyncio.x-before} and "
+                                  "{instr-facecore.readinto.uvloop.x-before} the instructions of the tree before it"),
+    Quote("docs/performance.rst", "executes {instr-facecore.spike-compiled.asyncio.x-streams} and "
+                                  "{instr-facecore.spike-compiled.uvloop.x-streams} Streams' instructions"),
     Quote("docs/performance.rst", "its loop CPU per message was {facecore-pure.asyncio.x-before:spread} the "
                                   "earlier run's on asyncio's loop and {facecore-pure.uvloop.x-before:spread} on "
                                   "uvloop; "
@@ -838,8 +846,12 @@ QUOTES: list[Quote] = [
     Quote("CHANGELOG.rst", "executes {instr.readinto.asyncio.x-protocol} (asyncio's loop) and "
                            "{instr.readinto.uvloop.x-protocol} (uvloop) the machine instructions of a "
                            "BufferedProtocol echo"),
-    Quote("CHANGELOG.rst", "a message costs {instr.readinto.asyncio.x-before} (asyncio's loop) and "
-                           "{instr.readinto.uvloop.x-before} (uvloop) the machine instructions it cost before"),
+    Quote("CHANGELOG.rst", "a message costs {instr-facecore.readinto.asyncio.x-before} (asyncio's loop) and "
+                           "{instr-facecore.readinto.uvloop.x-before} (uvloop) the machine instructions it cost "
+                           "before"),
+    Quote("CHANGELOG.rst", "A message costs {instr.readinto.asyncio.x-before} (asyncio's loop) and "
+                           "{instr.readinto.uvloop.x-before} (uvloop) the machine instructions it cost before these "
+                           "cuts"),
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),
     Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),

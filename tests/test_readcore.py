@@ -960,3 +960,45 @@ def test_readcore_module_is_pure() -> None:
     # cython: what picks the compiled build's C paths (._cyshim where Cython is absent)
     allowed = {"__future__", "enum", "re", "typing", "cython", "._cyshim", "._tornado_compat", ".errors", ".framing"}
     assert imported <= allowed
+
+
+def test_an_empty_read_ahead_buffer_is_lent_whole_with_no_slice() -> None:
+    """With nothing read ahead, `get_buffer` lends the read-ahead buffer's
+    own view (no memoryview slice made per receive); with bytes read ahead,
+    a slice of its free tail.  Neither is released by the core (it keeps
+    the buffer exported anyway): only a read's own buffer is."""
+    core = ReadCore(read_chunk_size=64)
+    first = core.get_buffer()
+    assert len(first) == 64
+    first[:5] = b"hello"
+    assert core.buffer_updated(5) is PENDING
+    assert core.read_bytes(5) == b"hello"  # drained: nothing read ahead
+    second = core.get_buffer()
+    assert second is first
+    second[:3] = b"abc"
+    assert core.buffer_updated(3) is PENDING
+    third = core.get_buffer()
+    assert third is not first and len(third) == 61
+    third[:2] = b"de"
+    assert core.buffer_updated(2) is PENDING
+    assert core.read_bytes(5) == b"abcde"
+    assert bytes(first[:3]) == b"abc"  # still usable: never released by the core
+
+
+def test_fill_copies_bytes_read_ahead_only_when_they_fill_the_whole_bytearray() -> None:
+    """`ReadCore.fill` (the face's shortest ``read_into``): True and one copy
+    when the bytes read ahead fill all of a non-empty bytearray and no read
+    is pending; else False with nothing changed."""
+    core = ReadCore(read_chunk_size=64)
+    view = core.get_buffer()
+    view[:10] = b"0123456789"
+    assert core.buffer_updated(10) is PENDING
+    small, big, empty = bytearray(4), bytearray(7), bytearray()
+    assert core.fill(bytearray(11)) is False and core.fill(empty) is False  # 11 > 10 read ahead; empty
+    assert core.fill(small) is True and small == b"0123"
+    assert core.buffered_nbytes == 6
+    assert core.fill(big) is False and big == bytes(7) and core.buffered_nbytes == 6
+    target = bytearray(8)
+    assert core.read_into(memoryview(target)) is PENDING  # takes the 6, waits for 2 more
+    assert core.fill(bytearray(1)) is False  # a read is pending
+    assert core.buffered_nbytes == 0 and target[:6] == b"456789"

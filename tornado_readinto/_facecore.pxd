@@ -29,6 +29,7 @@ cdef class FaceCore(StreamCore):
 
     # Reads.
     cpdef object read_into_future(self, object buf, bint partial=*)
+    cpdef object filled(self, Py_ssize_t nbytes)
     cpdef object read_bytes_future(self, object num_bytes, bint partial=*)
     cpdef object read_message_future(self, object reader)
     cpdef object start_failed(self, object error)

@@ -37,12 +37,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import ioloop
 from tornado.concurrent import Future
 
 from . import _gilheld
+
+if TYPE_CHECKING:
+    from . import _cyshim as cython
+else:
+    try:
+        import cython  # resolved by Cython when compiled
+    except ModuleNotFoundError:
+        from . import _cyshim as cython
 from ._eager import EagerFuture, run_callbacks
 from ._readcore import PENDING
 from ._streamcore import CORKED, SEND, StreamCore
@@ -178,8 +186,15 @@ class FaceCore(StreamCore):
 
     def read_into_future(self, buf: Any, partial: bool = False) -> Any:
         """The face's ``read_into``: see `ReadIntoIOStream.read_into`."""
-        # A bytearray is always writable, contiguous and of format 'B'.
-        view = memoryview(buf) if type(buf) is bytearray else _writable_bytes_view(buf)
+        if type(buf) is bytearray:  # always writable, contiguous and of format 'B'
+            # Compiled, bytes read ahead that fill it need no memoryview (in
+            # the pure build the extra call would cost a read that waits more
+            # than the view saves).
+            if cython.compiled and self.read_future is None and self.fill(buf):
+                return self.filled(len(buf))
+            view = memoryview(buf)
+        else:
+            view = _writable_bytes_view(buf)
         if self.read_future is not None:
             view.release()  # the read is refused
             return self.busy()
@@ -189,15 +204,18 @@ class FaceCore(StreamCore):
             return self.start_failed(e)
         if result is PENDING:
             return self.started(result)
-        # The bytes read ahead filled it: an already resolved Future, the
-        # same one while the count repeats (a framed protocol's frames of
-        # one size, each read from the read-ahead buffer), so that none is
-        # made.
+        return self.filled(result)
+
+    def filled(self, nbytes: int) -> Any:
+        """The Future of a ``read_into`` that the bytes read ahead filled:
+        already resolved to ``nbytes``, and the same one while the count
+        repeats (a framed protocol's frames of one size, each read from the
+        read-ahead buffer), so that none is made."""
         future = self.filled_future
-        if future is None or self.filled_nbytes != result:
+        if future is None or self.filled_nbytes != nbytes:
             future = self.filled_future = Future(loop=self.loop)
-            future.set_result(result)
-            self.filled_nbytes = result
+            future.set_result(nbytes)
+            self.filled_nbytes = nbytes
         self.listen_if_idle()
         return future
 

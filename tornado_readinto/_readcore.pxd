@@ -44,6 +44,8 @@ cdef class ReadCore:
     # integers (@cython.locals) on the per-message paths.
     @cython.locals(nbytes=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, take=Py_ssize_t)
     cpdef object read_into(self, object view, bint partial=*)
+    @cython.locals(nbytes=Py_ssize_t)
+    cpdef bint fill(self, object buf) except -1
     cpdef object read_bytes(self, Py_ssize_t num_bytes, bint partial=*)
     cpdef object read_until(self, object delimiter, object max_bytes=*)
     cpdef object read_until_regex(self, object regex, object max_bytes=*)
@@ -71,6 +73,8 @@ cdef class ReadCore:
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)
     cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
+    @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
+    cdef object _take_into(self, object dst, Py_ssize_t nbytes)
     @cython.locals(size=Py_ssize_t, ra=bytearray)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)

@@ -304,16 +304,7 @@ class ReadCore:
         if size >= nbytes > 0:
             # All of it read ahead (a header, a small frame of a buffered
             # message): the shortest path.
-            start = self._start
-            if cython.compiled:
-                _copy_c(view, 0, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
-            else:
-                view[:] = self._ra_view[start : start + nbytes]  # type: ignore[index]
-            if size > nbytes:
-                self.buffered_nbytes = size - nbytes
-                self._start = start + nbytes
-            else:
-                self._take_nbytes(nbytes)
+            self._take_into(view, nbytes)
             view.release()
             return nbytes
         take = size if size < nbytes else nbytes
@@ -334,6 +325,18 @@ class ReadCore:
         self._nbytes = nbytes
         self._partial = partial
         return PENDING
+
+    def fill(self, buf: bytearray) -> bool:
+        """``read_into(memoryview(buf))`` for the case where the bytes read
+        ahead fill all of ``buf``, a non-empty ``bytearray``, and no read is
+        pending: copy them in and return True, with no ``memoryview`` of
+        ``buf`` made (the face's shortest path); else return False and change
+        nothing.  Cost: one copy."""
+        nbytes = len(buf)
+        if self._mode != _IDLE or not self.buffered_nbytes >= nbytes > 0:
+            return False
+        self._take_into(buf, nbytes)
+        return True
 
     def read_bytes(self, num_bytes: int, partial: bool = False) -> Any:
         """Start a read of ``num_bytes`` bytes (with ``partial``: of 1 to
@@ -846,6 +849,21 @@ class ReadCore:
             new_view[:size] = self._ra_view[start : start + size]
         self._release_read_ahead()
         self._ra, self._ra_view, self._start = new, new_view, 0
+
+    def _take_into(self, dst: Any, nbytes: int) -> None:
+        """Copy the first ``nbytes`` bytes read ahead (there are that many)
+        into ``dst[:nbytes]`` and take them."""
+        start = self._start
+        if cython.compiled:
+            _copy_c(dst, 0, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            dst[:nbytes] = self._ra_view[start : start + nbytes]  # type: ignore[index]
+        size = self.buffered_nbytes
+        if size > nbytes:
+            self.buffered_nbytes = size - nbytes
+            self._start = start + nbytes
+        else:
+            self._take_nbytes(nbytes)
 
     def _take_nbytes(self, nbytes: int) -> None:
         size = self.buffered_nbytes - nbytes
