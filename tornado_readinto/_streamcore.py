@@ -151,7 +151,9 @@ _nbytes = operator.attrgetter("nbytes")
 def _buffer_nbytes(data: Any) -> int:
     """The size of a bytes-like object in bytes (``len`` would count the
     items of a typed buffer)."""
-    return len(data) if type(data) in (bytes, bytearray) else memoryview(data).nbytes
+    if type(data) in (bytes, bytearray):
+        return len(data)
+    return data.nbytes if type(data) is memoryview else memoryview(data).nbytes  # type: ignore[no-any-return]
 
 
 def _total_nbytes(buffers: Sequence[Any]) -> int:

@@ -202,13 +202,17 @@ def frames_nbytes(frames: Iterable[Any]) -> list[int]:
     ``len()`` would be wrong for typed buffers: a numpy ``float64`` array of
     ``n`` items is ``8 * n`` bytes.
 
-    Cost: one short-lived memoryview per frame that is not ``bytes`` or
-    ``bytearray``; no copy.
+    Cost: one short-lived memoryview per frame that is not ``bytes``,
+    ``bytearray`` or ``memoryview``; no copy.
 
     .. versionadded:: 0.1
     """
     return [
-        len(frame) if type(frame) is bytes or type(frame) is bytearray else memoryview(frame).nbytes
+        len(frame)
+        if type(frame) is bytes or type(frame) is bytearray
+        else frame.nbytes
+        if type(frame) is memoryview
+        else memoryview(frame).nbytes
         for frame in frames
     ]
 
