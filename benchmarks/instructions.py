@@ -40,8 +40,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from benchmarks.harness.processes import child_env
-from benchmarks.impls import EVENT_LOOPS, IMPLS, availability
+from benchmarks.impls import IMPLS, availability
 from benchmarks.load import PURE_BUILD_ENV
+from benchmarks.opcodes import add_workload_arguments
 
 _PURE = "-pure"
 
@@ -168,10 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--server", default=",".join(DEFAULT_SERVERS), help="comma list of echo servers")
-    parser.add_argument("--loop", default=",".join(EVENT_LOOPS), help="comma list: asyncio, uvloop")
-    parser.add_argument("--clients", type=int, default=8, help="connections (default: 8)")
-    parser.add_argument("--messages", type=int, default=2000, help="round trips of the short run (default: 2000)")
-    parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
+    add_workload_arguments(parser, "round trips of the short run (default: 2000)")
     parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
     args = parser.parse_args(argv)
     try:

@@ -167,15 +167,22 @@ def count(
     return run_loop(loop_name, main, 120)
 
 
+def add_workload_arguments(parser: argparse.ArgumentParser, messages_help: str) -> None:
+    """The options of the one-process echo that `count` runs (``--loop``,
+    ``--clients``, ``--messages``, ``--msize``): this module's and
+    ``benchmarks.instructions``'."""
+    parser.add_argument("--loop", default=",".join(EVENT_LOOPS), help="comma list: asyncio, uvloop")
+    parser.add_argument("--clients", type=int, default=8, help="connections (default: 8)")
+    parser.add_argument("--messages", type=int, default=2000, help=messages_help)
+    parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.opcodes", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--impl", default=",".join(DEFAULT_IMPLS), help="comma list of echo implementations")
-    parser.add_argument("--loop", default=",".join(EVENT_LOOPS), help="comma list: asyncio, uvloop")
-    parser.add_argument("--clients", type=int, default=8, help="connections (default: 8)")
-    parser.add_argument("--messages", type=int, default=2000, help="round trips counted (default: 2000)")
-    parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
+    add_workload_arguments(parser, "round trips counted (default: 2000)")
     parser.add_argument("--by-function", action="store_true", help="also list the functions that execute the most")
     parser.add_argument(
         "--calls",

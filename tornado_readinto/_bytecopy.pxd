@@ -20,7 +20,7 @@ cdef inline int _copy_c(object dst, Py_ssize_t dst_start, object src, Py_ssize_t
         try:
             if (dst_start < 0 or src_start < 0 or nbytes < 0
                     or nbytes > d.len - dst_start or nbytes > s.len - src_start):
-                raise ValueError("_copy: a range that is not inside its buffer")
+                raise ValueError("_copy_c: a range that is not inside its buffer")
             memmove(<char *>d.buf + dst_start, <char *>s.buf + src_start, <size_t>nbytes)
         finally:
             PyBuffer_Release(&s)

@@ -74,7 +74,7 @@ cdef class ReadCore:
     cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
     @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
-    cdef object _take_into(self, object dst, Py_ssize_t nbytes)
+    cdef object _take_into(self, object dst, Py_ssize_t dst_start, Py_ssize_t nbytes)
     @cython.locals(size=Py_ssize_t, ra=bytearray)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)

@@ -304,18 +304,12 @@ class ReadCore:
         if size >= nbytes > 0:
             # All of it read ahead (a header, a small frame of a buffered
             # message): the shortest path.
-            self._take_into(view, nbytes)
+            self._take_into(view, 0, nbytes)
             view.release()
             return nbytes
         take = size if size < nbytes else nbytes
         if take:
-            start = self._start
-            assert self._ra_view is not None
-            if cython.compiled:
-                _copy_c(view, 0, self._ra_view, start, take)  # type: ignore[name-defined]  # noqa: F821
-            else:
-                view[:take] = self._ra_view[start : start + take]
-            self._take_nbytes(take)
+            self._take_into(view, 0, take)
         if take == nbytes or (partial and take):
             view.release()
             return take
@@ -335,7 +329,7 @@ class ReadCore:
         nbytes = len(buf)
         if self._mode != _IDLE or not self.buffered_nbytes >= nbytes > 0:
             return False
-        self._take_into(buf, nbytes)
+        self._take_into(buf, 0, nbytes)
         return True
 
     def read_bytes(self, num_bytes: int, partial: bool = False) -> Any:
@@ -564,6 +558,8 @@ class ReadCore:
             filled = self._filled
             missing = self._nbytes - filled
             if missing < size <= self.max_buffer_size:
+                # As _take_into, inline (once per message; a call would cost
+                # the pure build more than the rest of this path).
                 start = self._start
                 if cython.compiled:
                     _copy_c(self._target, filled, self._ra_view, start, missing)  # type: ignore[name-defined]  # noqa: F821
@@ -605,14 +601,7 @@ class ReadCore:
             filled = self._filled
             missing = self._nbytes - filled
             take = missing if missing < size else size
-            start = self._start
-            target = self._target
-            assert target is not None and self._ra_view is not None
-            if cython.compiled:
-                _copy_c(target, filled, self._ra_view, start, take)  # type: ignore[name-defined]  # noqa: F821
-            else:
-                target[filled : filled + take] = self._ra_view[start : start + take]
-            self._take_nbytes(take)
+            self._take_into(self._target, filled, take)
             self._filled = filled = filled + take
             if filled == self._nbytes or self._partial:
                 return self._finish_into()
@@ -850,14 +839,15 @@ class ReadCore:
         self._release_read_ahead()
         self._ra, self._ra_view, self._start = new, new_view, 0
 
-    def _take_into(self, dst: Any, nbytes: int) -> None:
+    def _take_into(self, dst: Any, dst_start: int, nbytes: int) -> None:
         """Copy the first ``nbytes`` bytes read ahead (there are that many)
-        into ``dst[:nbytes]`` and take them."""
+        into ``dst[dst_start : dst_start + nbytes]`` and take them: the read
+        core's one copy out of the read-ahead buffer."""
         start = self._start
         if cython.compiled:
-            _copy_c(dst, 0, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
+            _copy_c(dst, dst_start, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
         else:
-            dst[:nbytes] = self._ra_view[start : start + nbytes]  # type: ignore[index]
+            dst[dst_start : dst_start + nbytes] = self._ra_view[start : start + nbytes]  # type: ignore[index]
         size = self.buffered_nbytes
         if size > nbytes:
             self.buffered_nbytes = size - nbytes

@@ -19,7 +19,7 @@ Strategy:
 * One spinner per loop serves all its streams; on a busy loop (many
   connections) it costs one callback per loop iteration, not per message.
 * A loop spins only in a process where no other Python thread exists
-  (`threading.active_count` is 1).  Every poll releases the GIL, and while
+  (`other_threads()` is False).  Every poll releases the GIL, and while
   another thread wants it (a dask worker's task threads running Python), each
   release can cost the loop thread a hand-off of up to the switch interval
   (5 ms by default) before it runs again: spinning there would turn a
@@ -66,12 +66,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import weakref
 from time import perf_counter
 from typing import Callable
 
 from . import _cpus
+from ._gilheld import other_threads
 
 __all__ = [
     "CONTENDED_FRACTION",
@@ -237,28 +237,6 @@ class LoopSpinner:
             self._call_soon(self._tick)
         else:
             self._running = False
-
-
-def _active_threads_other() -> bool:
-    """True while this process has a Python thread besides the caller's
-    (``threading.active_count() > 1``, about 0.3 us)."""
-    return threading.active_count() > 1
-
-
-def _load_other_threads() -> Callable[[], bool]:
-    """The compiled build's native test (a walk of the interpreter's thread
-    states, a few C instructions), else `_active_threads_other`."""
-    try:
-        from ._gilheld_native import other_threads as native
-    except ImportError:  # the pure build (its finder refuses the module), or no compiler
-        return _active_threads_other
-    return native  # type: ignore[no-any-return]
-
-
-#: ``other_threads()``: True while this process has a Python thread besides
-#: the caller's.  Native in the compiled build, ``threading.active_count()``
-#: in the pure one.
-other_threads = _load_other_threads()
 
 
 _spinners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopSpinner] = weakref.WeakKeyDictionary()
