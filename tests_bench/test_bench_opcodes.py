@@ -10,6 +10,9 @@ import pytest
 import tornado_readinto
 from benchmarks import opcodes
 
+#: _gilheld's functions that a slow socket call runs (see _streamcore.receive).
+STALL_TEST = {"_gilheld.py:stalled", "_gilheld.py:stall_threshold", "_gilheld.py:note_stall"}
+
 
 def test_counts_are_repeatable_and_see_one_more_read() -> None:
     """The same run counts the same (within the busy-poll policy's timing
@@ -30,7 +33,12 @@ def test_counts_are_repeatable_and_see_one_more_read() -> None:
     package = os.path.dirname(tornado_readinto.__file__) + os.sep
     ours = [path for path in first.by_file if path.startswith(package)]
     if tornado_readinto.COMPILED:
-        assert ours == [], ours
+        # The one pure module on the compiled build's path is _gilheld (ctypes),
+        # and only its stall test runs there: after a socket call slower than
+        # MIN_STALL_S, which a loaded machine makes happen (a timing branch).
+        ran = {name for name in first.by_function if name.startswith("_gilheld.py:")}
+        assert ran <= STALL_TEST, ran
+        assert set(ours) <= {package + "_gilheld.py"}, ours
         assert first.by_function["_tornado.py:recv"] > 0  # the benchmark's own code ran
     else:
         heavier = opcodes.count("readinto-3reads", "asyncio", clients=2, messages=200)
