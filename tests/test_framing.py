@@ -31,6 +31,7 @@ from tornado_readinto.framing import (
     NEED_DATA,
     FrameReader,
     frames_nbytes,
+    message_header,
     pack_header,
 )
 
@@ -211,6 +212,65 @@ def test_pack_header_matches_distributed_for_numpy_frames() -> None:
     )
 
 
+def _frame_kinds(payload: bytes) -> list[Any]:
+    """The same bytes as every kind of frame ``message_header`` sizes."""
+    doubled = np.frombuffer(payload * 2, dtype=np.uint8)
+    return [
+        payload,
+        bytearray(payload),
+        memoryview(payload),
+        memoryview(bytearray(payload * 8)).cast("d") if payload else memoryview(b""),  # typed: 8x the bytes
+        doubled[::2],  # a non-contiguous numpy array: memoryview(frame).nbytes sizes it
+        np.frombuffer(payload * 4, dtype=np.uint8).view(np.int32) if payload else np.zeros(0, np.int32),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads=st.lists(st.binary(max_size=64), max_size=12), kinds=st.lists(st.integers(0, 5), max_size=12))
+def test_message_header_is_the_header_and_wire_size_of_any_frames(payloads: list[bytes], kinds: list[int]) -> None:
+    """Against an oracle of its own (struct, each size from memoryview(frame).nbytes),
+    for bytes, bytearray, memoryviews (typed too) and numpy arrays (contiguous
+    or not): the compiled build writes the header in C, the pure one packs it."""
+    frames = [_frame_kinds(p)[kinds[i] if i < len(kinds) else 0] for i, p in enumerate(payloads)]
+    sizes = [memoryview(f).nbytes for f in frames]
+    header, wire_nbytes = message_header(frames)
+    assert type(header) is bytes
+    assert header == struct.pack(f"<{len(frames) + 1}Q", len(frames), *sizes)
+    assert wire_nbytes == len(header) + sum(sizes)
+    assert message_header(tuple(frames)) == (header, wire_nbytes)
+
+
+def test_message_header_of_no_frames_is_a_zero_count() -> None:
+    assert message_header([]) == (bytes(8), 8)
+
+
+class _LyingLength(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return super().__len__() + 1
+
+
+@pytest.mark.parametrize(
+    ("frames", "error", "match"),
+    [
+        ([b"a", 5], TypeError, "bytes-like object"),
+        (["text"], TypeError, "bytes-like object"),
+        (iter([b"a"]), TypeError, "len"),
+        (_LyingLength([b"a", b"b"]), ValueError, "changed size"),
+    ],
+    ids=["int", "str", "iterator", "lying-length"],
+)
+def test_message_header_rejects_what_is_not_a_sequence_of_buffers(frames: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        message_header(frames)
+
+
+def test_message_header_rejects_a_released_memoryview() -> None:
+    view = memoryview(b"abc")
+    view.release()
+    with pytest.raises(ValueError, match="released"):
+        message_header([b"x", view])
+
+
 # -- properties ----------------------------------------------------------------
 
 frames_strategy = st.lists(st.binary(max_size=40), max_size=8)
@@ -306,6 +366,37 @@ def test_reader_fuzz_only_messages_need_data_or_framing_error(data: bytes, sizes
     except FramingError:
         with pytest.raises(FramingError):
             reader.feed(b"\0")
+
+
+def _outcome(reader: FrameReader, data: bytes, step: int) -> object:
+    """The messages ``reader`` decodes from ``data`` fed ``step`` bytes at a
+    time, or the limit error it raised (its field and value)."""
+    try:
+        return drive_feed(reader, data, step)
+    except FrameTooLargeError as exc:
+        return ("refused", exc.args[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 24), min_size=1, max_size=70),
+    slack=st.tuples(st.integers(-2, 1), st.integers(-2, 1), st.integers(-2, 1)),
+)
+def test_a_whole_message_in_one_feed_decodes_as_byte_by_byte(sizes: list[int], slack: tuple[int, int, int]) -> None:
+    """The short path of a whole message in one buffer (up to 64 frames: its
+    header parsed in C in the compiled build) gives what the general path
+    gives byte by byte, the limits at, under and over the message's values."""
+    frames = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    data = encode(frames)
+    limits = {
+        "max_frames": max(0, len(sizes) + slack[0]),
+        "max_frame_nbytes": max(0, max(sizes) + slack[1]),
+        "max_message_nbytes": max(0, sum(sizes) + slack[2]),
+    }
+    whole = _outcome(FrameReader(**limits), data, len(data))
+    assert whole == _outcome(FrameReader(**limits), data, 1)
+    if all(s >= 0 for s in slack):
+        assert whole == [frames]
 
 
 # -- hostile headers: refused before any allocation ---------------------------

@@ -414,7 +414,7 @@ class BufferPool:
             from this pool, or is a read-only view that is not a memoryview
             of the pool's buffer.
         """
-        view = memoryview(buf)
+        view = buf if type(buf) is memoryview else memoryview(buf)
         nbytes = view.nbytes
         if nbytes == 0:
             return

@@ -23,8 +23,7 @@ from .framing import (
     DEFAULT_MAX_MESSAGE_NBYTES,
     Allocator,
     FrameReader,
-    frames_nbytes,
-    pack_header,
+    message_header,
 )
 from .iostream import ReadIntoIOStream
 
@@ -118,9 +117,8 @@ class FramedStream:
         return wire_nbytes
 
     def _queue(self, frames: Sequence[Any]) -> tuple[Future[None], int]:
-        nbytes = frames_nbytes(frames)
-        future = self.stream.writelines([pack_header(nbytes), *frames])
-        return future, 8 * (1 + len(nbytes)) + sum(nbytes)
+        header, wire_nbytes = message_header(frames)
+        return self.stream.writelines([header, *frames]), wire_nbytes
 
     def read_frames(self) -> Future[list[memoryview]]:
         """Receive one message: a list with one writable ``memoryview``

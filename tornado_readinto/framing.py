@@ -82,6 +82,7 @@ __all__ = [
     "FrameReader",
     "MessageReader",
     "frames_nbytes",
+    "message_header",
     "pack_header",
 ]
 
@@ -215,6 +216,30 @@ def frames_nbytes(frames: Iterable[Any]) -> list[int]:
         else memoryview(frame).nbytes
         for frame in frames
     ]
+
+
+def message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
+    """Return the header of a message of these frames and the bytes the
+    whole message takes on the wire (header included):
+    ``(pack_header(frames_nbytes(frames)), 8 * (1 + len(frames)) + sum(frame sizes))``.
+
+    Cost: the header ``bytes`` only (in the compiled build, no list of sizes
+    and each size read from the frame's buffer export); no copy of any frame.
+
+    :raises TypeError: ``frames`` has no length (an iterator), or a frame is
+        not a bytes-like object.
+    :raises ValueError: a frame is a released ``memoryview``, or ``frames``
+        yielded a number of frames other than its length.
+
+    .. versionadded:: 0.1
+    """
+    if cython.compiled:  # one pass, in C (framing.pxd)
+        return _message_header_c(frames)  # type: ignore[name-defined,no-any-return]  # noqa: F821
+    nframes = len(frames)
+    nbytes = frames_nbytes(frames)
+    if len(nbytes) != nframes:
+        raise ValueError("frames changed size while the header was written")
+    return pack_header(nbytes), 8 * (1 + nframes) + sum(nbytes)
 
 
 # -- reading -----------------------------------------------------------------
@@ -643,15 +668,31 @@ class FrameReader:
         of at most 64 frames that passes the limits, copy its frames into
         their buffers and return its size; else return 0 (and change
         nothing) for the general path, which also reports what is wrong."""
-        (nframes,) = _U64.unpack_from(view, 0)
-        header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
-        if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or nframes > self._max_frames or end < header_nbytes:
-            return 0
-        lengths = _lengths_struct(nframes).unpack_from(view, COUNT_NBYTES)
-        total = sum(lengths)
-        message_nbytes = header_nbytes + total
-        if end < message_nbytes or total > self._max_message_nbytes or max(lengths) > self._max_frame_nbytes:
-            return 0
+        if cython.compiled:  # the header parsed in C (framing.pxd), the limits as below
+            c_total = c_largest = 0
+            lengths = _small_lengths_c(view, end, cython.address(c_total), cython.address(c_largest))  # type: ignore[name-defined,attr-defined]  # noqa: F821
+            if lengths is None:
+                return 0
+            nframes = len(lengths)
+            message_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes + c_total
+            if (
+                nframes > self._max_frames
+                or end < message_nbytes
+                or c_total > self._max_message_nbytes
+                or c_largest > self._max_frame_nbytes
+            ):
+                return 0
+            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+        else:
+            (nframes,) = _U64.unpack_from(view, 0)
+            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+            if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or nframes > self._max_frames or end < header_nbytes:
+                return 0
+            lengths = _lengths_struct(nframes).unpack_from(view, COUNT_NBYTES)
+            total = sum(lengths)
+            message_nbytes = header_nbytes + total
+            if end < message_nbytes or total > self._max_message_nbytes or max(lengths) > self._max_frame_nbytes:
+                return 0
         self._nframes = nframes
         self._lengths = lengths
         self._expected = message_nbytes
