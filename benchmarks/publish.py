@@ -337,14 +337,17 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"facecore-pure-before.{loop}.x-streams": load_ratio("load-facecore-pure-before.json", "readinto-pure", loop,
                                                             "asyncio-streams")
        for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-typed.json", server, loop, "asyncio-streams")
+    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-framed.json", server, loop, "asyncio-streams")
        for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol")
        for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-typed.json", server, loop,
+    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-framed.json", server, loop,
                                                          "asyncio-protocol")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-typed.json", server, loop, "",
-                                                       before="instructions-typed-before.json")
+    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-framed.json", server, loop, "",
+                                                       before="instructions-framed-before.json")
+       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
+    **{f"instr-typed.{server}.{loop}.x-before": instr_ratio("instructions-typed.json", server, loop, "",
+                                                             before="instructions-typed-before.json")
        for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"instr-facecore.{server}.{loop}.x-streams": instr_ratio("instructions-facecore.json", server, loop,
                                                                  "asyncio-streams")
@@ -808,11 +811,18 @@ QUOTES: list[Quote] = [
                                   "{instr.framed-pool.asyncio.x-streams} and {instr.framed-pool.uvloop.x-streams}; the "
                                   "BufferedProtocol echo {instr.asyncio-protocol.asyncio.x-streams} and "
                                   "{instr.asyncio-protocol.uvloop.x-streams}"),
-    Quote("docs/performance.rst", "compiled readinto executes {instr.readinto.asyncio.x-before} and "
-                                  "{instr.readinto.uvloop.x-before} the instructions it did then, the pure build "
-                                  "{instr.readinto-pure.asyncio.x-before} and {instr.readinto-pure.uvloop.x-before}, "
-                                  "FramedStream {instr.framed-pool.asyncio.x-before} and "
-                                  "{instr.framed-pool.uvloop.x-before}"),
+    Quote("docs/performance.rst", "FramedStream executes {instr.framed-pool.asyncio.x-before} and "
+                                  "{instr.framed-pool.uvloop.x-before} the instructions it did before, and "
+                                  "{instr.framed-pool.asyncio.x-protocol} and {instr.framed-pool.uvloop.x-protocol} "
+                                  "the protocol echo's; readinto {instr.readinto.asyncio.x-before} and "
+                                  "{instr.readinto.uvloop.x-before}, the pure build "
+                                  "{instr.readinto-pure.asyncio.x-before} and {instr.readinto-pure.uvloop.x-before}"),
+    Quote("docs/performance.rst", "compiled readinto executes {instr-typed.readinto.asyncio.x-before} and "
+                                  "{instr-typed.readinto.uvloop.x-before} the instructions it did then, the pure "
+                                  "build {instr-typed.readinto-pure.asyncio.x-before} and "
+                                  "{instr-typed.readinto-pure.uvloop.x-before}, FramedStream "
+                                  "{instr-typed.framed-pool.asyncio.x-before} and "
+                                  "{instr-typed.framed-pool.uvloop.x-before}"),
     Quote("docs/performance.rst", "had brought compiled readinto to {instr-facecore.readinto.asyncio.x-before} and "
                                   "{instr-facecore.readinto.uvloop.x-before} the instructions of the tree before it"),
     Quote("docs/performance.rst", "executes {instr-facecore.spike-compiled.asyncio.x-streams} and "
@@ -846,11 +856,22 @@ QUOTES: list[Quote] = [
     Quote("CHANGELOG.rst", "executes {instr.readinto.asyncio.x-protocol} (asyncio's loop) and "
                            "{instr.readinto.uvloop.x-protocol} (uvloop) the machine instructions of a "
                            "BufferedProtocol echo"),
+    Quote("CHANGELOG.rst", "A FramedStream message costs {instr.framed-pool.asyncio.x-before} (asyncio's loop) and "
+                           "{instr.framed-pool.uvloop.x-before} (uvloop) the machine instructions it cost before"),
+    Quote("CHANGELOG.rst", "a fifth fewer than asyncio Streams, and FramedStream "
+                           "{instr.framed-pool.asyncio.x-protocol} and {instr.framed-pool.uvloop.x-protocol}"),
+    Quote("docs/performance.rst", "executes a fifth fewer than Streams on both loops and "
+                                  "{instr.readinto.uvloop.x-protocol} the protocol echo's on uvloop"),
+    Quote("docs/performance.rst", "and FramedStream {instr.framed-pool.uvloop.x-streams} Streams' and "
+                                  "{instr.framed-pool.uvloop.x-protocol} the protocol echo's there"),
+    Quote("docs/performance.rst", "where even the protocol echo executes {instr.asyncio-protocol.asyncio.x-streams} "
+                                  "them"),
     Quote("CHANGELOG.rst", "a message costs {instr-facecore.readinto.asyncio.x-before} (asyncio's loop) and "
                            "{instr-facecore.readinto.uvloop.x-before} (uvloop) the machine instructions it cost "
                            "before"),
-    Quote("CHANGELOG.rst", "A message costs {instr.readinto.asyncio.x-before} (asyncio's loop) and "
-                           "{instr.readinto.uvloop.x-before} (uvloop) the machine instructions it cost before these "
+    Quote("CHANGELOG.rst", "A message costs {instr-typed.readinto.asyncio.x-before} (asyncio's loop) and "
+                           "{instr-typed.readinto.uvloop.x-before} (uvloop) the machine instructions it cost "
+                           "before these "
                            "cuts"),
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),

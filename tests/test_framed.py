@@ -101,6 +101,29 @@ def test_framed_zero_frames_and_empty_frames(make_pair):
     run(main())
 
 
+def test_framed_write_of_frames_that_are_not_a_sequence_of_buffers_sends_nothing():
+    """An iterator (it could be read only once: the header would count frames
+    the message then lacks) and a frame that is not bytes-like raise at once;
+    nothing reaches the peer and the stream goes on."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        a, b = FramedStream(server), FramedStream(client)
+        try:
+            with pytest.raises(TypeError):
+                b.write_frames(iter([b"lost"]))
+            with pytest.raises(TypeError, match="bytes-like"):
+                b.write_frames([b"lost", 7])
+            await b.write_frames((b"kept", bytearray(b"too")))
+            assert [bytes(f) for f in await a.read_frames()] == [b"kept", b"too"]
+            assert not client.closed() and bytes_waiting(server.socket) == 0
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
 def test_framed_small_message_costs_one_recv():
     """A small message that arrived whole is parsed out of the read-ahead
     buffer: one recv for header and frames, no EAGAIN recv."""

@@ -92,9 +92,12 @@ class FramedStream:
         8 KiB are sent by reference (leave them unchanged until the Future
         resolves), smaller ones are coalesced by one copy.
 
-        :arg frames: bytes-like objects (any C-contiguous buffer, sized by
-            ``nbytes``); zero frames and empty frames are valid.
+        :arg frames: a sequence (a list or tuple: it is sized, then read) of
+            bytes-like objects (any C-contiguous buffer, sized by ``nbytes``);
+            zero frames and empty frames are valid.
         :raises StreamClosedError: the stream is closed.
+        :raises TypeError: ``frames`` is not a sequence, or a frame is not
+            bytes-like (the message is not sent).
         """
         return self._queue(frames)[0]
 
