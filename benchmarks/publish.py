@@ -316,6 +316,9 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"facecore2.{server}.{loop}.x-{base}": load_ratio("load-facecore-pinned-2.json", server, loop, base)
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")
        for base in ("asyncio-streams", "asyncio-protocol")},
+    **{f"framedrun.{server}.{loop}.x-{base}": load_ratio("load-framed-pinned.json", server, loop, base)
+       for server in ("readinto", "framed-pool", "asyncio-protocol") for loop in ("asyncio", "uvloop")
+       for base in ("asyncio-streams", "asyncio-protocol") if server != base},
     **{f"facecore2.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned-2.json", "readinto", loop,
                                                        "readinto-pure")
        for loop in ("asyncio", "uvloop")},
@@ -803,6 +806,12 @@ QUOTES: list[Quote] = [
                                   "{facecore2.readinto.uvloop.x-asyncio-protocol:spread} the protocol echo's, and "
                                   "{facecore2.readinto.asyncio.x-pure:spread} and "
                                   "{facecore2.readinto.uvloop.x-pure:spread} the pure build's"),
+    Quote("docs/performance.rst", "gave compiled readinto {framedrun.readinto.asyncio.x-asyncio-streams:spread} and "
+                                  "{framedrun.readinto.uvloop.x-asyncio-streams:spread} Streams' CPU, FramedStream "
+                                  "{framedrun.framed-pool.asyncio.x-asyncio-streams:spread} and "
+                                  "{framedrun.framed-pool.uvloop.x-asyncio-streams:spread}, and the protocol echo "
+                                  "{framedrun.asyncio-protocol.asyncio.x-asyncio-streams:spread} and "
+                                  "{framedrun.asyncio-protocol.uvloop.x-asyncio-streams:spread}"),
     Quote("docs/performance.rst", "Compiled readinto executes {instr.readinto.asyncio.x-streams} the "
                                   "instructions per message of asyncio Streams on asyncio's loop and "
                                   "{instr.readinto.uvloop.x-streams} on uvloop; the pure build "
