@@ -367,6 +367,8 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"builds-tls.readinto.{loop}.msgs-x-stock": load_ratio("load-builds-tls.json", "readinto", loop, "stock",
                                                                metric="msgs_per_s")
        for loop in ("asyncio", "uvloop")},
+    "framed.dask.rpc": dask_ratio("dask-rpc-framed.json", "rpc"),
+    "framed.dask.tls-rpc": dask_ratio("dask-rpc-framed.json", "rpc", "readinto-tls"),
     "builds.dask.rpc": dask_ratio("dask-rpc-facecore.json", "rpc"),
     "builds.dask.tls-rpc": dask_ratio("dask-rpc-facecore.json", "rpc", "readinto-tls"),
     **{f"opcodes.{server}.{loop}": opcodes(server, loop)
@@ -858,6 +860,8 @@ QUOTES: list[Quote] = [
                                   "SSLIOStream's messages per second on asyncio's loop and "
                                   "{builds-tls.readinto.uvloop.msgs-x-stock:spread} on uvloop"),
     Quote("docs/performance.rst", "RPCs at {builds.dask.rpc:spread} tcp:// and {builds.dask.tls-rpc:spread} tls://"),
+    Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-framed.json) gave {framed.dask.rpc:spread} and "
+                                  "{framed.dask.tls-rpc:spread}"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
