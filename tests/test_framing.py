@@ -249,6 +249,11 @@ class _LyingLength(list):  # type: ignore[type-arg]
         return super().__len__() + 1
 
 
+class _ShortLength(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return super().__len__() - 1
+
+
 @pytest.mark.parametrize(
     ("frames", "error", "match"),
     [
@@ -256,8 +261,9 @@ class _LyingLength(list):  # type: ignore[type-arg]
         (["text"], TypeError, "bytes-like object"),
         (iter([b"a"]), TypeError, "len"),
         (_LyingLength([b"a", b"b"]), ValueError, "changed size"),
+        (_ShortLength([b"a", b"b"]), ValueError, "changed size"),
     ],
-    ids=["int", "str", "iterator", "lying-length"],
+    ids=["int", "str", "iterator", "length-over", "length-under"],
 )
 def test_message_header_rejects_what_is_not_a_sequence_of_buffers(frames: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):

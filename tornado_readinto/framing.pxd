@@ -57,8 +57,8 @@ cdef inline tuple _message_header_c(object frames):
     cdef unsigned char *out = <unsigned char *>PyBytes_AS_STRING(header)
     _put_u64le(out, <unsigned long long>nframes)
     for frame in frames:
-        if index == nframes:
-            break
+        if index == nframes:  # more frames than len() said (a frame's export ran Python)
+            raise ValueError("frames changed size while the header was written")
         if type(frame) is bytes:
             nbytes = PyBytes_GET_SIZE(frame)
         elif type(frame) is bytearray:
