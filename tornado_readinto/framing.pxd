@@ -19,10 +19,9 @@
 
 cimport cython
 
-from cpython.buffer cimport PyBUF_FULL_RO, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_FULL_RO, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.buffer cimport PyBUF_SIMPLE
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport Py_INCREF
@@ -181,4 +180,3 @@ cdef class FrameReader:
     @cython.locals(frames=list, lengths=tuple, index=Py_ssize_t)
     cdef object _allocate_through(self, Py_ssize_t last)
     cdef object _allocate(self, Py_ssize_t index, object nbytes)
-
