@@ -492,7 +492,6 @@ def test_the_pure_build_runs_the_ctypes_calls():
     assert result.stdout.split() == ["False", "False", "recv_into_ctypes", "writev_ctypes", "False", "4", "b'ping'"]
 
 
-
 _REPORT_OTHER_THREADS = textwrap.dedent(
     """
     import threading

@@ -12,7 +12,6 @@ from tornado_readinto.framing cimport FrameReader
 cdef Py_ssize_t _SHRINK_FACTOR
 
 
-
 cdef class ReadCore:
     # -- limits (Tornado's read_chunk_size and max_buffer_size) --
     cdef public Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound

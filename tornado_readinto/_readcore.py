@@ -301,12 +301,8 @@ class ReadCore:
             raise BufferBusyError("a read is already in progress on this stream")
         nbytes = len(view)  # (its nbytes: the view is 1-D 'B')
         size = self.buffered_nbytes
-        if size >= nbytes > 0:
-            # All of it read ahead (a header, a small frame of a buffered
-            # message): the shortest path.
-            self._take_into(view, 0, nbytes)
-            view.release()
-            return nbytes
+        # All of it read ahead (a header, a small frame of a buffered
+        # message) is the shortest path: one copy, then done below.
         take = size if size < nbytes else nbytes
         if take:
             self._take_into(view, 0, take)

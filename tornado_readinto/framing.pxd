@@ -88,10 +88,11 @@ cdef inline unsigned long long _get_u64le(const unsigned char *p) noexcept:
 # pure build unpacks with struct): the frame sizes of the message that
 # `view[:end]` starts with, as a tuple of ints, with their sum and the largest
 # written to *total and *largest; None unless the header is all there, of 1 to
-# _SMALL_LENGTHS_NFRAMES (64) frames, each under 2**56 bytes (a larger frame
-# cannot be whole in memory: the general path reports it, or waits for it).
-# No limit is checked here.
-cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t *total, Py_ssize_t *largest):
+# max_nframes frames (_SMALL_LENGTHS_NFRAMES), each under 2**56 bytes (a
+# larger frame cannot be whole in memory: the general path reports it, or
+# waits for it).  No limit is checked here.
+cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t max_nframes,
+                                   Py_ssize_t *total, Py_ssize_t *largest):
     cdef Py_buffer b
     cdef const unsigned char *p
     cdef unsigned long long nframes
@@ -107,8 +108,9 @@ cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t *tota
             return None
         p = <const unsigned char *>b.buf
         nframes = _get_u64le(p)
-        if nframes == 0 or nframes > 64 or <unsigned long long>end < 8 * (nframes + 1):
+        if nframes == 0 or nframes > <unsigned long long>max_nframes or <unsigned long long>end < 8 * (nframes + 1):
             return None
+        lengths = PyTuple_New(<Py_ssize_t>nframes)  # a tuple left part-filled on None is freed safely
         for index in range(<Py_ssize_t>nframes):
             length = _get_u64le(p + 8 * (index + 1))
             if length >= (<unsigned long long>1) << 56:
@@ -116,9 +118,7 @@ cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t *tota
             sum_ += <Py_ssize_t>length
             if <Py_ssize_t>length > max_:
                 max_ = <Py_ssize_t>length
-        lengths = PyTuple_New(<Py_ssize_t>nframes)
-        for index in range(<Py_ssize_t>nframes):
-            item = PyLong_FromUnsignedLongLong(_get_u64le(p + 8 * (index + 1)))
+            item = PyLong_FromUnsignedLongLong(length)
             Py_INCREF(item)
             PyTuple_SET_ITEM(lengths, index, item)
     finally:
@@ -126,7 +126,6 @@ cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t *tota
     total[0] = sum_
     largest[0] = max_
     return lengths
-
 
 cdef class FrameReader:
     # -- the allocator and the limits (ints of any size) --

@@ -670,11 +670,14 @@ class FrameReader:
         nothing) for the general path, which also reports what is wrong."""
         if cython.compiled:  # the header parsed in C (framing.pxd), the limits as below
             c_total = c_largest = 0
-            lengths = _small_lengths_c(view, end, cython.address(c_total), cython.address(c_largest))  # type: ignore[name-defined,attr-defined]  # noqa: F821
+            lengths = _small_lengths_c(  # type: ignore[name-defined]  # noqa: F821
+                view, end, _SMALL_LENGTHS_NFRAMES, cython.address(c_total), cython.address(c_largest)  # type: ignore[attr-defined]
+            )
             if lengths is None:
                 return 0
             nframes = len(lengths)
-            message_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes + c_total
+            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+            message_nbytes = header_nbytes + c_total
             if (
                 nframes > self._max_frames
                 or end < message_nbytes
@@ -682,7 +685,6 @@ class FrameReader:
                 or c_largest > self._max_frame_nbytes
             ):
                 return 0
-            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
         else:
             (nframes,) = _U64.unpack_from(view, 0)
             header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
