@@ -319,6 +319,13 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"framedrun.{server}.{loop}.x-{base}": load_ratio("load-framed-pinned.json", server, loop, base)
        for server in ("readinto", "framed-pool", "asyncio-protocol") for loop in ("asyncio", "uvloop")
        for base in ("asyncio-streams", "asyncio-protocol") if server != base},
+    # one CPU (pinned) with a GIL-holding thread, uvloop: after a stall, reads keep the plain Future
+    # (this tree) against the eager one (before); two invocations per tree, alternating, repeats pooled
+    **{f"onecpu-gil.{server}.{metric_key}-x-streams{suffix}": load_ratio(file, server, "uvloop", "asyncio-streams",
+                                                                         metric=metric, gil_thread=True)
+       for server in ("readinto", "framed-pool")
+       for suffix, file in (("", "load-gil-pinned-uvloop.json"), ("-before", "load-gil-pinned-uvloop-before.json"))
+       for metric_key, metric in (("cpu", "loop_cpu_us_per_msg"), ("msgs", "msgs_per_s"), ("p99", "p99_s"))},
     **{f"facecore2.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned-2.json", "readinto", loop,
                                                        "readinto-pure")
        for loop in ("asyncio", "uvloop")},
@@ -866,6 +873,17 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
     # CHANGELOG
+    Quote("CHANGELOG.rst", "readinto now serves {onecpu-gil.readinto.msgs-x-streams} uvloop Streams' "
+                           "messages per second (it served {onecpu-gil.readinto.msgs-x-streams-before}), "
+                           "FramedStream {onecpu-gil.framed-pool.msgs-x-streams} (it served "
+                           "{onecpu-gil.framed-pool.msgs-x-streams-before})"),
+    Quote("docs/guides/tuning.rst", "readinto serves {onecpu-gil.readinto.msgs-x-streams:spread} uvloop Streams' "
+                                    "messages per second with a p99 round trip of "
+                                    "{onecpu-gil.readinto.p99-x-streams:spread} Streams', where the eager wake-up "
+                                    "served {onecpu-gil.readinto.msgs-x-streams-before:spread} with "
+                                    "{onecpu-gil.readinto.p99-x-streams-before:spread}; FramedStream "
+                                    "{onecpu-gil.framed-pool.msgs-x-streams:spread}, where it served "
+                                    "{onecpu-gil.framed-pool.msgs-x-streams-before:spread}"),
     Quote("CHANGELOG.rst", "executes {instr.readinto.asyncio.x-protocol} (asyncio's loop) and "
                            "{instr.readinto.uvloop.x-protocol} (uvloop) the machine instructions of a "
                            "BufferedProtocol echo"),

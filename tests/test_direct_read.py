@@ -21,7 +21,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 from tornado.platform.asyncio import AsyncIOLoop
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _cpus, _gilheld
 from tornado_readinto.iostream import direct_read_loop
 from tornado_readinto.testing import stream_pair
 
@@ -305,6 +305,7 @@ def test_direct_read_waiter_runs_inside_the_read_event(loop_name, monkeypatch):
     path: the task awaiting the read runs its next step before the READ
     callback returns."""
     monkeypatch.setattr(_gilheld, "held_until", 1.0)  # eager Futures on uvloop too (a stall was seen)
+    monkeypatch.setattr(_cpus, "usable_cpus", lambda: 2.0)  # ...where the process may run on two CPUs
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)

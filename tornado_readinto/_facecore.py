@@ -28,7 +28,8 @@ Strategy:
   `plain_events`).
 * A read that has to wait gets an exact ``asyncio.Future`` whose done
   callback (`on_read_done`) closes the stream if it was cancelled; where an
-  eager wake-up pays (asyncio's own loop, or a contended GIL) it gets an
+  eager wake-up pays (asyncio's own loop, or a contended GIL in a process
+  that may run on two CPUs) it gets an
   `_EagerReadFuture` instead, whose waiters run in the readiness callback's
   loop turn (see `tornado_readinto._eager`).
 """
@@ -84,8 +85,8 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     """The Future of one read whose waiter, when the readiness callback
     completes the read, runs in the same loop turn (see
     `tornado_readinto._eager`); cancelling it closes its stream at once:
-    made on asyncio's own loop, and on others (uvloop) in processes where
-    the GIL was ever seen contended."""
+    made on asyncio's own loop, and on others (uvloop) in processes that may
+    run on two CPUs and where the GIL was ever seen contended."""
 
     __slots__ = ("_stream",)
 
@@ -123,8 +124,8 @@ class FaceCore(StreamCore):
     its hot paths (see the module's strategy).
 
     Not thread-safe: one core belongs to one stream, on its event loop's
-    thread.  The face sets `face`, `loop`, `eager` and `plain_events` once
-    it is made.
+    thread.  The face sets `face`, `loop`, `eager`, `eager_contended` and
+    `plain_events` once it is made.
 
     .. versionadded:: 0.2
     """
@@ -133,6 +134,7 @@ class FaceCore(StreamCore):
         "face",
         "loop",
         "eager",
+        "eager_contended",
         "plain_events",
         "read_future",
         "state",
@@ -155,6 +157,9 @@ class FaceCore(StreamCore):
         self.loop: Any = None
         #: Reads that wait get an `_EagerReadFuture` (asyncio's own loop).
         self.eager = False
+        #: ...and also once the GIL was seen contended in the process (where
+        #: the process may run on two CPUs; see the face's ``__init__``).
+        self.eager_contended = True
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
         self.plain_events = True
@@ -273,7 +278,7 @@ class FaceCore(StreamCore):
             future.set_result(result)
             self.listen_if_idle()
             return future
-        if self.eager or _gilheld.held_until:
+        if self.eager or (_gilheld.held_until and self.eager_contended):
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
             future._stream = self.face

@@ -57,7 +57,7 @@ from tornado.concurrent import Future
 from tornado.log import gen_log
 from tornado.platform.asyncio import BaseAsyncIOLoop
 
-from . import _gilheld, busypoll
+from . import _cpus, _gilheld, busypoll
 from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
 from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES
@@ -251,6 +251,16 @@ class ReadIntoIOStream(IOStream):
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
         core.eager = isinstance(self._loop, asyncio.BaseEventLoop)
+        # Once the GIL is seen contended, uvloop's reads wake eagerly too, but
+        # only where the process may run on two CPUs.  There the thread that
+        # wants the GIL waits for it all the time, so every return from a
+        # libuv callback can hand it over: a message done in one callback
+        # gives fewer chances than two.  On one CPU that thread gets the GIL
+        # only when the scheduler runs it, and it takes it at the next
+        # callback's end: uvloop's ready queue, which runs a loop turn's wake-ups
+        # in one hold, serves more messages per hand-off than eager callbacks
+        # that each give the GIL back (``benchmarks load --pin --gil-thread``).
+        core.eager_contended = _cpus.usable_cpus() >= 2
         # The core runs READ and WRITE events itself unless a subclass (TLS)
         # handles them.
         cls = type(self)
