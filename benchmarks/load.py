@@ -77,6 +77,7 @@ LOAD_SERVERS: dict[str, tuple[str, str]] = {
 #: ``--server``, not run by default, plain TCP only.
 BOUND_SERVERS: dict[str, tuple[str, str]] = {
     "bound-floor": ("bound-floor", "framed"),
+    "bound-raw": ("bound-raw", "framed"),
     "bound-tornado": ("bound-tornado", "framed"),
 }
 

@@ -347,6 +347,9 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"facecore-pure-before.{loop}.x-streams": load_ratio("load-facecore-pure-before.json", "readinto-pure", loop,
                                                             "asyncio-streams")
        for loop in ("asyncio", "uvloop")},
+    # the floor: an add_reader callback echoing with recv_into + send (bound-raw), beside the anchors and ours
+    **{f"floor.{server}.{loop}.x-streams": instr_ratio("instructions-floor.json", server, loop, "asyncio-streams")
+       for server in ("bound-raw", "asyncio-protocol", "readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
     **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-framed.json", server, loop, "asyncio-streams")
        for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol")
        for loop in ("asyncio", "uvloop")},
@@ -815,6 +818,13 @@ QUOTES: list[Quote] = [
                                   "{facecore2.readinto.uvloop.x-asyncio-protocol:spread} the protocol echo's, and "
                                   "{facecore2.readinto.asyncio.x-pure:spread} and "
                                   "{facecore2.readinto.uvloop.x-pure:spread} the pure build's"),
+    Quote("docs/performance.rst", "bound-raw executes {floor.bound-raw.asyncio.x-streams} asyncio Streams' count on "
+                                  "asyncio's loop and {floor.bound-raw.uvloop.x-streams} uvloop Streams' on uvloop, "
+                                  "the BufferedProtocol echo {floor.asyncio-protocol.asyncio.x-streams} and "
+                                  "{floor.asyncio-protocol.uvloop.x-streams}, readinto "
+                                  "{floor.readinto.asyncio.x-streams} and {floor.readinto.uvloop.x-streams}"),
+    Quote("docs/performance.rst", "An echo with no stream at all (bound-raw, under :ref:`lower-bounds`) executes "
+                                  "{floor.bound-raw.asyncio.x-streams} them"),
     Quote("docs/performance.rst", "gave compiled readinto {framedrun.readinto.asyncio.x-asyncio-streams:spread} and "
                                   "{framedrun.readinto.uvloop.x-asyncio-streams:spread} Streams' CPU, FramedStream "
                                   "{framedrun.framed-pool.asyncio.x-asyncio-streams:spread} and "

@@ -267,6 +267,7 @@ def _echo_case(impl: str, loop: str, msize: int, nframes: int) -> tuple[list[Con
         # the lower bounds (benchmarks/impls/_bounds.py) must be real echoes
         "bound-floor",
         "bound-tornado",
+        "bound-raw",
     ],
 )
 @pytest.mark.parametrize("msize, nframes", [(1024, 1), (1024, 4), (300 << 10, 4)])

@@ -91,6 +91,7 @@ IMPLS: dict[str, ImplSpec] = {
             ("uvloop",) + _FRAMED,
         ),
         ImplSpec("bound-floor", "._bounds:BoundFloor", "lower bound: add_reader stream, no Tornado (not a product)"),
+        ImplSpec("bound-raw", "._bounds:RawEcho", "lower bound: add_reader callback, recv_into + send, no parse"),
         ImplSpec(
             "bound-tornado",
             "._bounds:BoundTornado",

@@ -18,6 +18,13 @@ the 16-byte head, then each frame; one ``writelines``).
 Neither has limits, a cancellation policy, other read modes or error
 handling beyond closing; a real stream needs those, so what these cost per
 message bounds from below what any stream with that contract costs.
+
+* ``bound-raw``: no stream and no coroutine at all: the loop's
+  ``add_reader`` calls a function that receives what arrived into one
+  buffer and sends it straight back (``recv_into``, ``send``), with no
+  parsing and no Future.  What is left is the event loop's own turn and
+  the two syscalls: the floor under any echo on that loop, the
+  ``BufferedProtocol`` anchor's included.
 ``python -m benchmarks.opcodes --impl bound-floor,bound-tornado,asyncio-streams,readinto``
 counts their bytecodes; ``benchmarks.load`` times them.
 """
@@ -38,6 +45,8 @@ from tornado_readinto import iostream as _iostream
 from tornado_readinto._streamcore import _total_nbytes
 from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
 
+from ._common import U64
+from ._protocol import AsyncioProtocol
 from ._tornado import ReadInto
 
 #: The read-ahead buffer (a frame that does not fit is received in place).
@@ -283,3 +292,50 @@ class BoundTornado(ReadInto):
 
     stream_class = TornadoBoundStream  # type: ignore[assignment]
     supports_tls = False
+
+
+class RawEcho(AsyncioProtocol):
+    """``bound-raw`` (see the module docstring).  Its client side is the
+    ``BufferedProtocol`` anchor's."""
+
+    supports_tls = False
+
+    @classmethod
+    async def serve_connection(cls, sock: socket.socket, ssl_context: Any = None) -> int:
+        """Echo bytes until the peer closes; return the messages echoed,
+        counted by bytes, from the first message's header (count, then
+        lengths, all in its first ``recv``)."""
+        loop = asyncio.get_running_loop()
+        closed: asyncio.Future[None] = loop.create_future()
+        view = memoryview(bytearray(READ_AHEAD_NBYTES))
+        fd = sock.fileno()
+        echoed = [0, 0]  # bytes, first message's size
+
+        def readable() -> None:
+            try:
+                n = sock.recv_into(view)
+            except BlockingIOError:
+                return
+            except OSError:
+                n = 0
+            if not n:
+                loop.remove_reader(fd)
+                closed.set_result(None)
+                return
+            if not echoed[1]:
+                nframes = U64.unpack_from(view)[0]
+                echoed[1] = U64.size * (1 + nframes) + sum(
+                    U64.unpack_from(view, U64.size * (1 + i))[0] for i in range(nframes)
+                )
+            sent = sock.send(view[:n])
+            if sent < n:  # never at the sizes this bounds; kept correct anyway
+                sock.setblocking(True)
+                try:
+                    sock.sendall(view[sent:n])
+                finally:
+                    sock.setblocking(False)
+            echoed[0] += n
+
+        loop.add_reader(fd, readable)
+        await closed
+        return echoed[0] // echoed[1] if echoed[1] else 0
