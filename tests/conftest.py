@@ -218,3 +218,4 @@ def inject_cpu_limits(monkeypatch, affinity=2, v2=None, v1=None, count=2):
     monkeypatch.setattr(_cpus, "cgroup_v1_cpus", lambda: v1)
     monkeypatch.setattr(_cpus.os, "cpu_count", lambda: count)
     _cpus.usable_cpus.cache_clear()
+    _cpus.parallel_cpus.cache_clear()

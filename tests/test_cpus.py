@@ -19,8 +19,10 @@ def write(path, text):
 @pytest.fixture
 def fresh_cache():
     _cpus.usable_cpus.cache_clear()
+    _cpus.parallel_cpus.cache_clear()
     yield
     _cpus.usable_cpus.cache_clear()
+    _cpus.parallel_cpus.cache_clear()
 
 
 # -- cgroup v2 ------------------------------------------------------------------
@@ -157,3 +159,32 @@ def test_the_real_machine_is_read_without_error(fresh_cache):
     assert 0 < cpus <= (os.cpu_count() or 1)
     if hasattr(os, "sched_getaffinity"):
         assert cpus <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("limits", "threads"),
+    [
+        ({"affinity": 1, "count": 8}, 1),
+        ({"affinity": 4, "count": 2}, 2),
+        ({"affinity": 8, "count": 8, "v2": 1.0, "v1": 0.5}, 8),  # a quota limits time, not parallelism
+        ({"affinity": None, "count": 3}, 3),
+        ({"affinity": None, "count": None}, 1),  # nothing known: assume the least
+    ],
+)
+def test_parallel_cpus_is_the_least_of_affinity_and_count(monkeypatch, fresh_cache, limits, threads):
+    patch_limits(monkeypatch, **limits)
+    assert _cpus.parallel_cpus() == threads
+    assert _cpus.usable_cpus() <= threads
+
+
+def test_parallel_cpus_reads_once_per_process_and_survives_a_broken_reader(monkeypatch, fresh_cache):
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise RuntimeError("unreadable")
+
+    patch_limits(monkeypatch, count=4)
+    monkeypatch.setattr(_cpus, "affinity_cpus", broken)
+    assert [_cpus.parallel_cpus() for _ in range(3)] == [4] * 3
+    assert len(calls) == 1

@@ -92,7 +92,7 @@ async def _turns_per_round_trip(comm, count):
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_a_small_message_costs_the_loop_thread_at_most_one_poll_and_nothing_of_ours(loop_name, monkeypatch):
     monkeypatch.setattr(_gilheld, "HOLD_S", 1e6)  # no probe through the socket methods mid-count
-    monkeypatch.setattr(_cpus, "usable_cpus", lambda: 2.0)  # uvloop's eager wake-up, even if run on one CPU
+    monkeypatch.setattr(_cpus, "parallel_cpus", lambda: 2)  # uvloop's eager wake-up, even if run on one CPU
     loop = new_event_loop(loop_name)
     try:
         counts, turns = loop.run_until_complete(asyncio.wait_for(_echo_round_trips("readinto", 500, MESSAGES // 2), 60))
@@ -125,84 +125,3 @@ def test_a_small_message_costs_the_loop_thread_at_most_one_poll_and_nothing_of_o
         # Python call it makes (the waiter's step; asyncio.current_task on
         # Python 3.11) counts as an entry, so the count is exact under the
         # pure build only, which tests/test_builds.py runs this file under.
-
-
-def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contended(loop_name, monkeypatch):
-    """On asyncio's loop (a Python loop: a saved turn saves more than the
-    wake-up costs) a read's Future is always the eager one.  On uvloop it is
-    the plain one (asyncio's own scheduling, in C) until a stall was seen in
-    the process, the eager one after, where the process may run on two
-    CPUs.  Cancelling either closes its stream."""
-    from tornado_readinto import ReadIntoIOStream, _facecore
-    from tornado_readinto.testing import stream_pair
-
-    from .conftest import run
-
-    monkeypatch.setattr(_cpus, "usable_cpus", lambda: 2.0)  # even if run on one CPU
-
-    async def main():
-        server, client = await stream_pair(ReadIntoIOStream)
-        try:
-            plain = server.read_into(bytearray(4))
-            expected = _facecore._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
-            assert type(plain) is expected
-            await client.write(b"abcd")
-            assert await plain == 4
-            if loop_name == "uvloop":
-                # the plain one's cancellation closes its stream through its
-                # done callback, on the loop's next iteration
-                other, other_client = await stream_pair(ReadIntoIOStream)
-                try:
-                    cancelled = other.read_into(bytearray(4))
-                    cancelled.cancel()
-                    await asyncio.sleep(0)
-                    assert other.closed()
-                finally:
-                    other.close()
-                    other_client.close()
-            monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
-            eager = server.read_into(bytearray(4))
-            assert type(eager) is _facecore._EagerReadFuture
-            await client.write(b"efgh")
-            assert await eager == 4
-            cancelled = server.read_into(bytearray(4))
-            cancelled.cancel()
-            assert server.closed()
-        finally:
-            server.close()
-            client.close()
-
-    run(main(), loop=loop_name)
-
-
-def test_on_one_cpu_uvloop_reads_keep_asyncio_scheduling_after_a_stall(loop_name, monkeypatch):
-    """A process that may run on one CPU only: a stall seen (the GIL
-    contended) leaves uvloop's reads with the plain Future, whose wake-up
-    runs in uvloop's ready queue, one GIL hold for a loop turn's wake-ups;
-    asyncio's loop keeps the eager one.  The reads work either way."""
-    from tornado_readinto import ReadIntoIOStream, _facecore
-    from tornado_readinto.testing import stream_pair
-
-    from .conftest import run
-
-    monkeypatch.setattr(_cpus, "usable_cpus", lambda: 1.0)
-    monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
-
-    async def main():
-        server, client = await stream_pair(ReadIntoIOStream)
-        try:
-            for payload in (b"abcd", b"efgh"):
-                pending = server.read_into(bytearray(4))
-                expected = _facecore._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
-                assert type(pending) is expected
-                await client.write(payload)
-                assert await pending == 4
-            cancelled = server.read_into(bytearray(4))
-            cancelled.cancel()
-            await asyncio.sleep(0)
-            assert server.closed()
-        finally:
-            server.close()
-            client.close()
-
-    run(main(), loop=loop_name)

@@ -16,6 +16,11 @@ Strategy:
 * Reading these takes a few file reads: `usable_cpus` does it once per
   process and caches the answer (a quota or an affinity changed later is not
   seen; ``usable_cpus.cache_clear()`` reads again).
+* A quota limits CPU time, not how many threads run at once: a process
+  under a one-CPU quota on a larger machine still runs two threads side by
+  side until the quota is spent.  `parallel_cpus` counts only what bounds
+  that (the affinity and ``os.cpu_count()``), for policies that depend on
+  whether two threads of the process can run at the same moment.
 * A file that is missing, unreadable or malformed ("max", garbage, a zero
   period) says nothing: the other limits decide, and nothing raises.
 
@@ -30,7 +35,7 @@ import os
 from collections.abc import Iterator
 from typing import Callable
 
-__all__ = ["affinity_cpus", "cgroup_v1_cpus", "cgroup_v2_cpus", "usable_cpus"]
+__all__ = ["affinity_cpus", "cgroup_v1_cpus", "cgroup_v2_cpus", "parallel_cpus", "usable_cpus"]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC_SELF_CGROUP = "/proc/self/cgroup"
@@ -151,3 +156,20 @@ def usable_cpus() -> float:
         if found is not None and found > 0:
             limits.append(float(found))
     return min(limits, default=1.0)
+
+
+@functools.cache
+def parallel_cpus() -> int:
+    """How many threads of this process can run at the same moment: the
+    least of its affinity and ``os.cpu_count()`` (a cgroup quota limits
+    time, not that); 1 if neither can be read.  Read once per process, then
+    cached."""
+    limits: list[int] = []
+    for reader in (affinity_cpus, os.cpu_count):
+        try:
+            found = reader()
+        except Exception:  # a limit that cannot be read says nothing
+            found = None
+        if found is not None and found > 0:
+            limits.append(found)
+    return min(limits, default=1)

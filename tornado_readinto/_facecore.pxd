@@ -11,7 +11,7 @@ cdef class FaceCore(StreamCore):
     cdef public object face                   # the ReadIntoIOStream
     cdef public object loop                   # its asyncio loop
     cdef public bint eager                    # waiting reads get an _EagerReadFuture
-    cdef public bint eager_contended          # ...and once the GIL was seen contended
+    cdef public bint eager_contended          # ...also once the GIL was seen contended (a permission)
     cdef public bint plain_events             # the face's _readable/_writable are the plain ones
     # -- Tornado's attributes (the face's properties) --
     cdef public object read_future            # _read_future: a Future or None

@@ -29,7 +29,7 @@ Strategy:
 * A read that has to wait gets an exact ``asyncio.Future`` whose done
   callback (`on_read_done`) closes the stream if it was cancelled; where an
   eager wake-up pays (asyncio's own loop, or a contended GIL in a process
-  that may run on two CPUs) it gets an
+  that can run at least two threads at once) it gets an
   `_EagerReadFuture` instead, whose waiters run in the readiness callback's
   loop turn (see `tornado_readinto._eager`).
 """
@@ -85,8 +85,9 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     """The Future of one read whose waiter, when the readiness callback
     completes the read, runs in the same loop turn (see
     `tornado_readinto._eager`); cancelling it closes its stream at once:
-    made on asyncio's own loop, and on others (uvloop) in processes that may
-    run on two CPUs and where the GIL was ever seen contended."""
+    made on asyncio's own loop, and on others (uvloop) in processes that can
+    run at least two threads at once and where the GIL was ever seen
+    contended."""
 
     __slots__ = ("_stream",)
 
@@ -157,8 +158,8 @@ class FaceCore(StreamCore):
         self.loop: Any = None
         #: Reads that wait get an `_EagerReadFuture` (asyncio's own loop).
         self.eager = False
-        #: ...and also once the GIL was seen contended in the process (where
-        #: the process may run on two CPUs; see the face's ``__init__``).
+        #: They also get one once the GIL was seen contended in the process
+        #: (set by the face: where at least two threads can run at once).
         self.eager_contended = True
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
@@ -278,7 +279,7 @@ class FaceCore(StreamCore):
             future.set_result(result)
             self.listen_if_idle()
             return future
-        if self.eager or (_gilheld.held_until and self.eager_contended):
+        if self.eager or (self.eager_contended and _gilheld.held_until):
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
             future._stream = self.face

@@ -104,6 +104,12 @@ def _warn_engine_env() -> None:
         )
 
 
+#: Once the GIL is seen contended, reads on loops other than asyncio's own
+#: (uvloop) wake their coroutine eagerly only where at least this many
+#: threads of the process can run at once (`tornado_readinto._cpus.parallel_cpus`;
+#: the tuning guide, "Threads that hold the GIL", says why).
+EAGER_CONTENDED_MIN_CPUS = 2
+
 #: Socket families whose streams have ``TCP_NODELAY`` (`set_nodelay`).
 _TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
@@ -251,16 +257,9 @@ class ReadIntoIOStream(IOStream):
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
         core.eager = isinstance(self._loop, asyncio.BaseEventLoop)
-        # Once the GIL is seen contended, uvloop's reads wake eagerly too, but
-        # only where the process may run on two CPUs.  There the thread that
-        # wants the GIL waits for it all the time, so every return from a
-        # libuv callback can hand it over: a message done in one callback
-        # gives fewer chances than two.  On one CPU that thread gets the GIL
-        # only when the scheduler runs it, and it takes it at the next
-        # callback's end: uvloop's ready queue, which runs a loop turn's wake-ups
-        # in one hold, serves more messages per hand-off than eager callbacks
-        # that each give the GIL back (``benchmarks load --pin --gil-thread``).
-        core.eager_contended = _cpus.usable_cpus() >= 2
+        # ...and others (uvloop) once the GIL is seen contended, where two
+        # threads can run at once (see EAGER_CONTENDED_MIN_CPUS).
+        core.eager_contended = _cpus.parallel_cpus() >= EAGER_CONTENDED_MIN_CPUS
         # The core runs READ and WRITE events itself unless a subclass (TLS)
         # handles them.
         cls = type(self)

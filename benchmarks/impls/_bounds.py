@@ -1,6 +1,8 @@
-"""Lower bounds, not products: the leanest streams that do the per-message
-work ours does, served by the same ``readinto`` benchmark code (``read_into``
-the 16-byte head, then each frame; one ``writelines``).
+"""Lower bounds, not products.
+
+Two are the leanest streams that do the per-message work ours does, served
+by the same ``readinto`` benchmark code (``read_into`` the 16-byte head,
+then each frame; one ``writelines``):
 
 * ``bound-floor``: a readiness-callback stream with no Tornado: the loop's
   ``add_reader`` calls it, one ``recv_into`` per event into a read-ahead
@@ -19,13 +21,15 @@ Neither has limits, a cancellation policy, other read modes or error
 handling beyond closing; a real stream needs those, so what these cost per
 message bounds from below what any stream with that contract costs.
 
-* ``bound-raw``: no stream and no coroutine at all: the loop's
-  ``add_reader`` calls a function that receives what arrived into one
-  buffer and sends it straight back (``recv_into``, ``send``), with no
-  parsing and no Future.  What is left is the event loop's own turn and
-  the two syscalls: the floor under any echo on that loop, the
-  ``BufferedProtocol`` anchor's included.
-``python -m benchmarks.opcodes --impl bound-floor,bound-tornado,asyncio-streams,readinto``
+The third has no stream and no coroutine at all:
+
+* ``bound-raw``: the loop's ``add_reader`` calls a function that receives
+  what arrived into one buffer and sends it straight back (``recv_into``,
+  ``send``), with no parsing and no Future.  What is left is the event
+  loop's own turn and the two syscalls: the floor under any echo on that
+  loop, the ``BufferedProtocol`` anchor's included.
+
+``python -m benchmarks.opcodes --impl bound-floor,bound-tornado,bound-raw,asyncio-streams,readinto``
 counts their bytecodes; ``benchmarks.load`` times them.
 """
 
@@ -294,6 +298,11 @@ class BoundTornado(ReadInto):
     supports_tls = False
 
 
+#: `RawEcho` keeps this much of the first message to learn its size (the
+#: count and up to 64 lengths).
+_RAW_HEAD_NBYTES = U64.size * 65
+
+
 class RawEcho(AsyncioProtocol):
     """``bound-raw`` (see the module docstring).  Its client side is the
     ``BufferedProtocol`` anchor's."""
@@ -303,13 +312,53 @@ class RawEcho(AsyncioProtocol):
     @classmethod
     async def serve_connection(cls, sock: socket.socket, ssl_context: Any = None) -> int:
         """Echo bytes until the peer closes; return the messages echoed,
-        counted by bytes, from the first message's header (count, then
-        lengths, all in its first ``recv``)."""
+        counted by bytes from the first message's header (count, then
+        lengths).  A send the socket does not take whole stops reading
+        until WRITE events have sent the rest."""
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
         view = memoryview(bytearray(READ_AHEAD_NBYTES))
         fd = sock.fileno()
-        echoed = [0, 0]  # bytes, first message's size
+        head = bytearray()  # the first message's header, until its size is known
+        state = {"echoed": 0, "msize": 0}
+        pending: list[memoryview] = []  # the unsent rest of the last receive
+
+        def size_of_first(data: memoryview) -> None:
+            head.extend(data[: _RAW_HEAD_NBYTES - len(head)])
+            if len(head) >= U64.size:
+                nframes = U64.unpack_from(head)[0]
+                end = U64.size * (1 + nframes)
+                if len(head) >= end:
+                    state["msize"] = end + sum(U64.unpack_from(head, U64.size * (1 + i))[0] for i in range(nframes))
+
+        def finish(error: BaseException | None = None) -> None:
+            loop.remove_reader(fd)
+            loop.remove_writer(fd)
+            if not closed.done():
+                if error is None:
+                    closed.set_result(None)
+                else:
+                    closed.set_exception(error)
+
+        def send(data: memoryview) -> None:
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                pending.append(data[sent:])
+                loop.remove_reader(fd)
+                loop.add_writer(fd, writable)
+
+        def writable() -> None:
+            try:
+                rest = pending.pop()
+                send(rest)
+                if not pending:
+                    loop.remove_writer(fd)
+                    loop.add_reader(fd, readable)
+            except OSError as e:
+                finish(e)
 
         def readable() -> None:
             try:
@@ -319,23 +368,20 @@ class RawEcho(AsyncioProtocol):
             except OSError:
                 n = 0
             if not n:
-                loop.remove_reader(fd)
-                closed.set_result(None)
+                finish()
                 return
-            if not echoed[1]:
-                nframes = U64.unpack_from(view)[0]
-                echoed[1] = U64.size * (1 + nframes) + sum(
-                    U64.unpack_from(view, U64.size * (1 + i))[0] for i in range(nframes)
-                )
-            sent = sock.send(view[:n])
-            if sent < n:  # never at the sizes this bounds; kept correct anyway
-                sock.setblocking(True)
-                try:
-                    sock.sendall(view[sent:n])
-                finally:
-                    sock.setblocking(False)
-            echoed[0] += n
+            if not state["msize"]:
+                size_of_first(view[:n])
+            state["echoed"] += n
+            try:
+                send(view[:n])
+            except OSError as e:
+                finish(e)
 
         loop.add_reader(fd, readable)
-        await closed
-        return echoed[0] // echoed[1] if echoed[1] else 0
+        try:
+            await closed
+        finally:
+            finish()
+            sock.close()
+        return state["echoed"] // state["msize"] if state["msize"] else 0
