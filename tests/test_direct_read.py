@@ -371,73 +371,39 @@ def test_direct_read_only_where_tornados_books_are_known(loop_name):
         plain.close()
 
 
-def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contended(loop_name, monkeypatch):
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contended(loop_name, monkeypatch, parallel):
     """On asyncio's loop (a Python loop: a saved turn saves more than the
     wake-up costs) a read's Future is always the eager one.  On uvloop it is
     the plain one (asyncio's own scheduling, in C) until a stall was seen in
-    the process, the eager one after, where two threads of the process
-    can run at once.  Cancelling either closes its stream."""
+    the process, the eager one after, but only where two threads of the
+    process can run at once: on one CPU the plain one's wake-ups run in
+    uvloop's ready queue, one GIL hold per loop turn.  Cancelling either
+    closes its stream."""
     from tornado_readinto import _facecore
 
-    monkeypatch.setattr(_cpus, "parallel_cpus", lambda: 2)  # even if run on one CPU
+    monkeypatch.setattr(_cpus, "parallel_cpus", lambda: parallel)
+
+    def expected(stalled):
+        eager = loop_name == "asyncio" or (stalled and parallel >= 2)
+        return _facecore._EagerReadFuture if eager else asyncio.Future
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)
         try:
-            plain = server.read_into(bytearray(4))
-            expected = _facecore._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
-            assert type(plain) is expected
-            await client.write(b"abcd")
-            assert await plain == 4
-            if loop_name == "uvloop":
-                # the plain one's cancellation closes its stream through its
-                # done callback, on the loop's next iteration
-                other, other_client = await stream_pair(ReadIntoIOStream)
-                try:
-                    cancelled = other.read_into(bytearray(4))
-                    cancelled.cancel()
-                    await asyncio.sleep(0)
-                    assert other.closed()
-                finally:
-                    other.close()
-                    other_client.close()
-            monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
-            eager = server.read_into(bytearray(4))
-            assert type(eager) is _facecore._EagerReadFuture
-            await client.write(b"efgh")
-            assert await eager == 4
-            cancelled = server.read_into(bytearray(4))
-            cancelled.cancel()
-            assert server.closed()
-        finally:
-            server.close()
-            client.close()
-
-    run(main(), loop=loop_name)
-
-
-def test_on_one_cpu_uvloop_reads_keep_asyncio_scheduling_after_a_stall(loop_name, monkeypatch):
-    """A process whose threads cannot run at once (one CPU): a stall seen (the GIL
-    contended) leaves uvloop's reads with the plain Future, whose wake-up
-    runs in uvloop's ready queue, one GIL hold for a loop turn's wake-ups;
-    asyncio's loop keeps the eager one.  The reads work either way."""
-    from tornado_readinto import _facecore
-
-    monkeypatch.setattr(_cpus, "parallel_cpus", lambda: 1)
-    monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
-
-    async def main():
-        server, client = await stream_pair(ReadIntoIOStream)
-        try:
-            for payload in (b"abcd", b"efgh"):
+            for stalled, payload in ((False, b"abcd"), (True, b"efgh")):
+                if stalled:
+                    monkeypatch.setattr(_gilheld, "held_until", 1.0)  # a stall was seen, long ago
                 pending = server.read_into(bytearray(4))
-                expected = _facecore._EagerReadFuture if loop_name == "asyncio" else asyncio.Future
-                assert type(pending) is expected
+                assert type(pending) is expected(stalled)
                 await client.write(payload)
                 assert await pending == 4
             cancelled = server.read_into(bytearray(4))
             cancelled.cancel()
-            await asyncio.sleep(0)
+            if type(cancelled) is asyncio.Future:
+                # the plain one's cancellation closes its stream through its
+                # done callback, on the loop's next iteration
+                await asyncio.sleep(0)
             assert server.closed()
         finally:
             server.close()
