@@ -11,10 +11,10 @@ import struct
 import pytest
 from tornado.iostream import IOStream
 
-from tornado_readinto import FramedStream, ReadIntoIOStream, busypoll
+from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, busypoll
 from tornado_readinto import _facecore as core_module
 from tornado_readinto.allocators import BufferPool
-from tornado_readinto.testing import RecordingSocket
+from tornado_readinto.testing import RecordingSocket, stream_pair
 
 from .conftest import TrackingAllocator, run
 
@@ -125,6 +125,52 @@ def test_read_into_echo_costs_one_recv_one_sendmsg_one_future_per_message(
         # message (its count, 1024, repeats); the write makes none either (it
         # returns the stream's one resolved write Future)
         assert (counts.parked, counts.resolved) == (nmessages, 0)
+
+    run(main(), loop=loop_name)
+
+
+def test_tls_echo_costs_one_receive_per_message_none_bound_to_fail(loop_name, stream_clock, tls_contexts):
+    """A TLS receive returns at most one record, and one shorter than asked
+    and than a full record ends the peer's write with nothing left decrypted
+    in the SSL object: the next read waits for the loop without an
+    ``SSL_read`` bound to fail with "want read".  Per echoed message, one
+    receive, of the whole message."""
+
+    async def main():
+        server_ctx, client_ctx = tls_contexts
+        server, client = await stream_pair(
+            SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx, busy_poll_s=0
+        )
+        received = []
+        ssl_read = server.read_from_fd
+
+        def counting_read(view):
+            nbytes = ssl_read(view)
+            received.append(nbytes)
+            return nbytes
+
+        server.read_from_fd = counting_read
+
+        async def echo():
+            head, body = bytearray(16), bytearray(len(PAYLOAD))
+            for i in range(NMESSAGES):
+                if i == 2:  # the first read registers READ with the loop
+                    received.clear()
+                await server.read_into(head)
+                await server.read_into(body)
+                await server.writelines([head, body])
+
+        echoing = asyncio.ensure_future(echo())
+        try:
+            for i in range(NMESSAGES):
+                payload = i.to_bytes(8, "little") + PAYLOAD[8:]
+                await client.write(HEADER + payload)
+                assert await client.read_bytes(16 + len(PAYLOAD)) == HEADER + payload
+            await echoing
+            assert received == [16 + len(PAYLOAD)] * (NMESSAGES - 2)
+        finally:
+            server.close()
+            client.close()
 
     run(main(), loop=loop_name)
 

@@ -272,8 +272,9 @@ def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, 
 def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name, stream_clock):
     """``_read_would_wait()`` on known states of a real socket: no while
     bytes are read ahead or before the socket was proved empty; yes once a
-    read parked and its recv drained the socket; never yes on TLS (a short
-    read there does not prove the socket empty)."""
+    read parked, its recv drained the socket and a response went out (on
+    uvloop a READ event's proof counts once a send has shown that the socket
+    has no error)."""
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
@@ -287,6 +288,7 @@ def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name, 
             reading = server.read_until(b"\n")  # parks: nothing there
             client.socket.sendall(b"c\n")
             assert await reading == b"c\n"
+            await server.write(b"response")
             assert server._read_would_wait()  # the recv that completed it was short: drained
             stream_clock.now += DRAINED_VALID_S
             assert not server._read_would_wait()  # a proof that old no longer holds

@@ -8,6 +8,7 @@ import mmap
 import random
 import select
 import socket
+import struct
 import tracemalloc
 
 import numpy as np
@@ -63,6 +64,48 @@ def test_iostream_exact_reads(make_pair):
 
 def test_iostream_straddling_reads(make_pair):
     run(check_straddling_reads(make_pair))
+
+
+def _reset(stream):
+    """Close ``stream``'s socket with a TCP reset (``SO_LINGER`` 0), not a FIN."""
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    stream.close()
+
+
+def test_iostream_peer_reset_fails_the_reads(make_pair, loop_name):
+    """A peer sends bytes and resets the connection before the loop polls
+    again, so one event brings the loop both the bytes and the error.
+    uvloop runs the READ callback of a socket that reported an error once
+    more, then stops watching it: a stream that stopped at a short recv
+    there would wait forever.  A read that the bytes do not satisfy fails;
+    one that they satisfy returns them, and the read after it fails."""
+
+    async def main():
+        server, client = await make_pair()
+        try:
+            reading = server.read_bytes(10_000)  # parks: READ registered
+            client.write(b"x" * 100)  # sent at once
+            assert not client.writing()
+            _reset(client)
+            with pytest.raises(StreamClosedError):
+                await asyncio.wait_for(reading, 10)
+        finally:
+            server.close()
+            client.close()
+        server, client = await make_pair()
+        try:
+            reading = server.read_bytes(100)
+            client.write(b"y" * 100)
+            assert not client.writing()
+            _reset(client)
+            assert await asyncio.wait_for(reading, 10) == b"y" * 100
+            with pytest.raises(StreamClosedError):
+                await asyncio.wait_for(server.read_bytes(10), 10)
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
 
 
 def test_iostream_set_nodelay_reaches_the_socket(make_pair):
@@ -751,10 +794,12 @@ def test_read_into_on_closed_stream_raises_and_releases_the_buffer():
 @pytest.mark.parametrize("kind", ["read_bytes", "read_until", "read_message"])
 def test_every_read_kind_waits_on_a_drained_socket_without_a_recv(loop_name, stream_clock, kind):
     """The reads that go through Tornado's ``_try_inline_read`` behave as
-    `read_into` below: right after a short recv proved the socket empty they
-    wait for the loop without a recv (the bytes already there arrive with
-    the loop's next poll); once the proof is stale they try the recv first
-    and complete inline."""
+    `read_into` below: right after a short recv proved the socket empty (and
+    a reply went out: on uvloop a READ event's proof counts once a send has
+    shown the socket has no error, see the peer-reset tests) they wait for
+    the loop without a recv (the bytes already there arrive with the loop's
+    next poll); once the proof is stale they try the recv first and complete
+    inline."""
     from tornado_readinto.framing import FrameReader, pack_header
 
     message = pack_header([4]) + b"ping" if kind == "read_message" else b"ping\n"
@@ -778,6 +823,7 @@ def test_every_read_kind_waits_on_a_drained_socket_without_a_recv(loop_name, str
             reading = start()
             client.socket.sendall(message)
             assert same(await reading)  # its recv was short: drained
+            await server.write(b"ack")  # a reply
             sock.reset()
             client.socket.sendall(message)  # there, but the loop has not polled since
             reading = start()
@@ -797,13 +843,51 @@ def test_every_read_kind_waits_on_a_drained_socket_without_a_recv(loop_name, str
     run(main(), loop=loop_name)
 
 
+def test_a_read_events_proof_waits_on_uvloop_for_a_send_or_recv_to_show_no_error(loop_name, stream_clock):
+    """uvloop stops watching a socket after an event that reported an error
+    (it runs the READ callback once more first), and a short recv in that
+    callback does not show the error, which only the next recv or send
+    returns.  So there, a READ event's short recv proves the socket drained
+    only once a send (a reply) or another recv has shown it has no error: a
+    read started with no send in between tries one recv (EAGAIN here), and
+    one started after a reply waits for the loop without one.  asyncio's own
+    loop never drops a socket: there the read waits at once."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, busy_poll_s=0)
+        sock = server.socket
+        assert server._core.drops_on_error == (loop_name != "asyncio")
+        try:
+            buf = bytearray(4)
+            for reply in (False, True):
+                reading = server.read_into(buf)  # parks
+                client.socket.sendall(b"ping")
+                assert await reading == 4  # completed by a short recv in a READ event
+                if reply:
+                    await server.writelines([b"pong"])
+                sock.reset()
+                reading = server.read_into(buf)
+                assert not reading.done()
+                tried = loop_name != "asyncio" and not reply
+                assert [r.received for r in sock.recvs] == ([None] if tried else [])
+                client.socket.sendall(b"next")
+                assert await reading == 4 and buf == b"next"
+            assert await client.read_bytes(4) == b"pong"
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
 def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_clock):
     """A short recv proves the socket empty, so a read that starts soon after
     waits for the loop without a recv bound to fail with EAGAIN; one that
     starts `DRAINED_VALID_S` later (the loop thread was held up, e.g. by
     another thread holding the GIL) tries the recv first and, the data being
     there, completes inline: an already resolved Future, no loop turn.  A
-    write starts the window again."""
+    write starts the window again (and on uvloop confirms a READ event's
+    proof, see the peer-reset tests)."""
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket, busy_poll_s=0)
@@ -813,6 +897,7 @@ def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_c
             reading = server.read_into(buf)  # nothing there: parks, READ registered
             client.socket.sendall(b"ping")
             assert await reading == 4  # its recv was short: drained
+            await server.writelines([b"ack"])  # a reply
             sock.reset()
             client.socket.sendall(b"pong")  # there, but the loop has not polled since
             reading = server.read_into(buf)
@@ -835,7 +920,7 @@ def test_a_drained_socket_is_retried_once_the_proof_is_stale(loop_name, stream_c
             sock.reset()
             reading = server.read_into(buf)
             assert not reading.done() and sock.recvs == []  # waits for the loop
-            assert await client.read_bytes(5) == b"reply"
+            assert await client.read_bytes(8) == b"ackreply"
             client.socket.sendall(b"last")
             assert await reading == 4 and buf == b"last"
         finally:

@@ -13,6 +13,7 @@ cdef class FaceCore(StreamCore):
     cdef public bint eager                    # waiting reads get an _EagerReadFuture
     cdef public bint eager_contended          # ...also once the GIL was seen contended (a permission)
     cdef public bint plain_events             # the face's _readable/_writable are the plain ones
+    cdef public bint drops_on_error           # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --
     cdef public object read_future            # _read_future: a Future or None
     cdef public object state                  # _state: None or the registered events (an int)

@@ -137,6 +137,7 @@ class FaceCore(StreamCore):
         "eager",
         "eager_contended",
         "plain_events",
+        "drops_on_error",
         "read_future",
         "state",
         "connecting",
@@ -150,8 +151,8 @@ class FaceCore(StreamCore):
         "done_cb",
     )
 
-    def __init__(self, *, short_read_drains: bool = True) -> None:
-        super().__init__(short_read_drains=short_read_drains)
+    def __init__(self, *, short_read_drains: bool = True, tls_record_nbytes: int = 0) -> None:
+        super().__init__(short_read_drains=short_read_drains, tls_record_nbytes=tls_record_nbytes)
         #: The `ReadIntoIOStream` this is the core of.
         self.face: Any = None
         #: Its asyncio loop (given to every Future made here).
@@ -164,6 +165,11 @@ class FaceCore(StreamCore):
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
         self.plain_events = True
+        #: The loop may stop watching the socket after an error event, once
+        #: it ran the READ callback (uvloop's ``add_reader``: a poll handle
+        #: that saw ``EPOLLERR`` runs its reader once more, then closes), so a
+        #: READ event receives until EAGAIN, EOF or the error (`readable_event`).
+        self.drops_on_error = False
         #: Tornado's ``_read_future``: the pending read's Future, or None.
         self.read_future: Any = None
         #: Tornado's ``_state``: the events registered with the IOLoop, or None.
@@ -302,6 +308,7 @@ class FaceCore(StreamCore):
         registered = state is not None and state & _READ != 0
         try:
             if self.readable_hint or not self.proved_empty(registered):
+                self.unconfirmed = False  # whatever this receive ends on shows it
                 result = self.receive()
                 if result is not PENDING:
                     self.complete(result)
@@ -374,17 +381,36 @@ class FaceCore(StreamCore):
         return self.proved_empty(state is not None and state & _READ != 0)
 
     def readable_event(self) -> None:
-        """A READ event: receive for the pending read (or read ahead)."""
-        try:
-            result = self.receive()
-        except UnsatisfiableReadError:
-            raise  # the event handler's policy
-        except Exception as e:
-            self.fail(e, "event")
-            return
-        if result is not PENDING:
-            self.complete(result)
-        elif self.read_future is not None and not self.closed and self.park():
+        """A READ event: receive for the pending read (or read ahead).
+
+        Where the loop may stop watching the socket after an error event
+        (`drops_on_error`: it ran this callback once more, then dropped the
+        socket), an event whose receive ended on a short ``recv`` has not
+        shown that the socket is still watched: the socket's error (a peer
+        that sent its last bytes and reset the connection) comes only from
+        the next ``recv`` or send.  So a read left waiting receives again
+        now, until EAGAIN, EOF or the error; else the next read does (the
+        socket counts as ``unconfirmed``), unless a send came first, as a
+        reply does.  Cost: one ``recv`` more (EAGAIN) per such event that
+        leaves a read waiting, or that no send follows before the next read;
+        none on asyncio's own loops, which never drop a socket."""
+        self.unconfirmed = False  # (this event shows the socket is watched)
+        while True:
+            try:
+                result = self.receive()
+            except UnsatisfiableReadError:
+                raise  # the event handler's policy
+            except Exception as e:
+                self.fail(e, "event")
+                return
+            if result is not PENDING:
+                self.complete(result)
+            if not (self.drops_on_error and self.short_drained) or self.closed:
+                break
+            if self.read_future is None:  # no read waits: the next one, or a send, confirms
+                self.unconfirmed = True
+                break
+        if result is PENDING and self.read_future is not None and not self.closed and self.park():
             self.face._add_io_state(_WRITE)
 
     def read_ready(self) -> None:

@@ -68,10 +68,13 @@ cdef class StreamCore(ReadCore):
     cdef public Py_ssize_t untimed            # native calls left before a timed one (PROBE_EVERY)
     cdef public bint gather                   # send with sendmsg (else write_to_fd per segment)
     cdef public bint short_read_drains        # a short recv proves the socket empty (not TLS)
+    cdef public Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
     cdef public bint own_socket_io            # _gilheld's calls may replace the socket's own
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
     cdef public bint readable_hint            # False only after a recv proved the socket empty
+    cdef public bint short_drained            # the last receive ended on that proof by a short recv
+    cdef public bint unconfirmed              # a READ event ended so; no receive or send since (see drops_on_error)
     cdef public double drained_at             # perf_counter() of that proof, or of the last write
     cdef public Py_ssize_t nbytes_received
     cdef public object busy_poll              # BusyPoll or None

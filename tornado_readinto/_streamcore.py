@@ -33,8 +33,11 @@ Strategy:
 * A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
   proves the socket empty: for `DRAINED_VALID_S` after it (or after the
   stream's last write, whichever is later) a read that has to wait parks
-  without trying the socket.  TLS sockets prove nothing that way: decrypted
-  bytes can sit inside the SSL object.
+  without trying the socket.  On TLS, decrypted bytes can sit inside the SSL
+  object, where the selector does not see them; but a TLS receive returns at
+  most one record, so one shorter than asked and shorter than a full record
+  (`TLS_RECORD_NBYTES`) emptied the SSL object at the end of the peer's
+  write, and proves the same.
 * Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
@@ -74,6 +77,7 @@ __all__ = [
     "SEND",
     "SENT",
     "StreamCore",
+    "TLS_RECORD_NBYTES",
 ]
 
 
@@ -93,6 +97,11 @@ IOV_MAX: Final = _iov_max()
 #: the 5 ms switch interval), the peer has most likely answered, and a read
 #: completed inline costs no poll, no parked Future and no extra loop turn.
 DRAINED_VALID_S: Final = 1e-3  # seconds
+
+#: The most plaintext bytes of one TLS record (TLS 1.2 and 1.3: 2**14).  A
+#: receive through the ``ssl`` module returns at most one record (OpenSSL
+#: without read-ahead, as Python runs it).
+TLS_RECORD_NBYTES: Final = 16 * 1024  # bytes
 
 #: The most bytes of replies a stream holds back while more input is
 #: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
@@ -191,6 +200,8 @@ class StreamCore(ReadCore):
         ``write_to_fd`` per segment.
     :arg short_read_drains: a ``recv`` shorter than asked proves the socket
         empty (plain sockets; not TLS).
+    :arg tls_record_nbytes: a receive shorter than asked and shorter than
+        this proves the socket drained (TLS: `TLS_RECORD_NBYTES`; 0: none).
     :arg own_socket_io: ``sock`` is a real socket whose own C methods may be
         replaced by `tornado_readinto._gilheld`'s while the GIL is contended.
 
@@ -206,10 +217,13 @@ class StreamCore(ReadCore):
         "untimed",
         "gather",
         "short_read_drains",
+        "tls_record_nbytes",
         "own_socket_io",
         "closed",
         # the receive
         "readable_hint",
+        "short_drained",
+        "unconfirmed",
         "drained_at",
         "nbytes_received",
         "busy_poll",
@@ -231,6 +245,7 @@ class StreamCore(ReadCore):
         *,
         gather: bool = True,
         short_read_drains: bool = True,
+        tls_record_nbytes: int = 0,
         own_socket_io: bool = False,
         read_chunk_size: int = DEFAULT_READ_CHUNK_SIZE,
         max_buffer_size: int = DEFAULT_MAX_BUFFER_SIZE,
@@ -248,6 +263,8 @@ class StreamCore(ReadCore):
         self.gather = gather
         #: A short ``recv`` proves the socket empty (not on TLS).
         self.short_read_drains = short_read_drains
+        #: TLS: a receive shorter than asked and than this proves it too.
+        self.tls_record_nbytes = tls_record_nbytes
         #: ``recv_into``/``sendmsg`` may keep the GIL (see `_gilheld`).
         self.own_socket_io = own_socket_io
         #: True once the stream closed: nothing is received or sent any more.
@@ -255,6 +272,14 @@ class StreamCore(ReadCore):
         #: False only when the last receive proved the socket empty; a READ
         #: event sets it back.
         self.readable_hint = True
+        #: The last `receive` ended on a short one that proved the socket
+        #: drained (not on EAGAIN, EOF or an error).
+        self.short_drained = False
+        #: A READ event ended so, on a loop that may have stopped watching
+        #: the socket after it (an error event), and no receive or send has
+        #: shown since that no error came with it: the proof is not used
+        #: until one does (see ``FaceCore.drops_on_error``).
+        self.unconfirmed = False
         #: When the socket was last proved empty, or last written to
         #: (``perf_counter`` seconds).
         self.drained_at = 0.0
@@ -283,13 +308,13 @@ class StreamCore(ReadCore):
     # -- Incoming flow ----------------------------------------------------------
 
     def proved_empty(self, read_registered: bool) -> bool:
-        """True when the last ``recv``, less than `DRAINED_VALID_S` ago (or
-        after the last write), found the (plain) socket empty and READ is
+        """True when the last receive, less than `DRAINED_VALID_S` ago (or
+        after the last write), found the socket drained and READ is
         registered: the level-triggered selector will report new data, so a
-        ``recv`` now would only fail with EAGAIN.  No syscall."""
+        receive now would only fail with EAGAIN.  No syscall."""
         return (
             not self.readable_hint
-            and self.short_read_drains
+            and not self.unconfirmed
             and read_registered
             and perf_counter() - self.drained_at < DRAINED_VALID_S
         )
@@ -314,6 +339,7 @@ class StreamCore(ReadCore):
         """
         reading = self._mode != 0  # not _IDLE
         read_from_fd = self.read_from_fd
+        self.short_drained = False
         while not self.closed:
             try:
                 view = self.get_buffer()
@@ -325,15 +351,20 @@ class StreamCore(ReadCore):
                 return PENDING  # idle, read_chunk_size bytes read ahead: none
             received = self.recv_plain(view) if read_from_fd is None else read_from_fd(view)
             if received is None:  # EAGAIN
-                self.readable_hint = False
-                self.drained_at = perf_counter()
+                # (TLS: "want read" proves nothing, so that a read started
+                # next tries the socket, as Tornado's does: a failing socket
+                # raises inline after a handshake.)
+                if self.short_read_drains:
+                    self.readable_hint = False
+                    self.drained_at = perf_counter()
                 break
             if not received:
                 self.readable_hint = False
                 self.close(False)  # the peer closed: a pending read ends
                 break
-            if received < requested and self.short_read_drains:
+            if received < requested and (self.short_read_drains or received < self.tls_record_nbytes):
                 self.readable_hint = False
+                self.short_drained = True
                 self.drained_at = perf_counter()
             self.nbytes_received += received
             if not reading:
@@ -452,9 +483,11 @@ class StreamCore(ReadCore):
                     sent = self._sendmsg(buffers, total) if total else 0
                 except BlockingIOError:
                     blocked = True
+                    self.unconfirmed = False  # (a socket with an error fails a send)
                 except Exception:
                     pass  # the queued path below sends again and handles the error
                 else:
+                    self.unconfirmed = False
                     if sent == total:
                         self.write_index += total
                         self.done_index += total
@@ -494,6 +527,7 @@ class StreamCore(ReadCore):
                     offered += len(view)
                 sent = self._sendmsg(views, offered)
             except BlockingIOError:
+                self.unconfirmed = False  # (a socket with an error fails a send)
                 break
             except OSError as e:
                 self.fail(e, "write")
@@ -501,6 +535,7 @@ class StreamCore(ReadCore):
             finally:
                 for view in views:
                     view.release()
+            self.unconfirmed = False
             if not sent:
                 break
             write_buffer.advance(sent)
@@ -521,11 +556,13 @@ class StreamCore(ReadCore):
             try:
                 with write_buffer.peek(size) as view:
                     sent = write_to_fd(view)
+                self.unconfirmed = False  # (a socket with an error fails a send)
                 if sent == 0:
                     break
                 write_buffer.advance(sent)
                 self.done_index += sent
             except BlockingIOError:
+                self.unconfirmed = False
                 break
             except OSError as e:
                 self.fail(e, "write")

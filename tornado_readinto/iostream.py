@@ -60,7 +60,7 @@ from tornado.platform.asyncio import BaseAsyncIOLoop
 from . import _cpus, _gilheld, busypoll
 from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
-from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES
+from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -192,6 +192,8 @@ class ReadIntoIOStream(IOStream):
 
     # Plain sockets: a short recv means the kernel buffer was drained.
     _short_read_drains = True
+    # TLS: a receive shorter than asked and than this drained the SSL object.
+    _tls_record_nbytes = 0
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
     # Only for instances made without __init__ (read_from_fd's fallback).
@@ -223,7 +225,9 @@ class ReadIntoIOStream(IOStream):
         self.busy_poll_s = busy_poll_s
         # Made first: BaseIOStream.__init__ sets the sizes, the write queue
         # and the state it keeps (properties below, over the core's fields).
-        self._core = core = FaceCore(short_read_drains=self._short_read_drains)
+        self._core = core = FaceCore(
+            short_read_drains=self._short_read_drains, tls_record_nbytes=self._tls_record_nbytes
+        )
         core.face = self
         super().__init__(socket, *args, **kwargs)
         sock = self.socket
@@ -257,6 +261,9 @@ class ReadIntoIOStream(IOStream):
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
         core.eager = isinstance(self._loop, asyncio.BaseEventLoop)
+        # asyncio's own loops watch a socket for as long as its reader is
+        # registered; another (uvloop) may stop after an error event.
+        core.drops_on_error = not core.eager
         # ...and others (uvloop) once the GIL is seen contended, where two
         # threads can run at once (see EAGER_CONTENDED_MIN_CPUS).
         core.eager_contended = _cpus.parallel_cpus() >= EAGER_CONTENDED_MIN_CPUS
@@ -950,17 +957,23 @@ class ReadIntoIOStream(IOStream):
 class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
     """`ReadIntoIOStream` over TLS: a drop-in `tornado.iostream.SSLIOStream`.
 
-    Reads wait on the selector only after OpenSSL reports "want read" (bytes
-    already decrypted inside the SSL object are invisible to the selector),
-    each ``recv_into`` is clipped to 1 GiB (OpenSSL takes an ``int``), and no
-    read is attempted before the handshake has finished.  Writes go out one
+    Reads wait on the selector only when no decrypted byte can be left inside
+    the SSL object, where the selector cannot see it: after OpenSSL reported
+    "want read", or after a receive shorter than asked and shorter than a full
+    record (the end of the peer's write; so a small message costs no
+    ``SSL_read`` bound to fail with "want read").  Each ``recv_into`` is
+    clipped to 1 GiB (OpenSSL takes an ``int``), and no read is attempted
+    before the handshake has finished.  Writes go out one
     ``SSL_write`` per coalesced segment.
 
     .. versionadded:: 0.1
     """
 
-    # A TLS recv returns at most one record: short reads prove nothing.
+    # A TLS recv returns at most one record: a short read proves the socket
+    # drained only if it is also shorter than a full record (the end of the
+    # peer's write, nothing left decrypted in the SSL object).
     _short_read_drains = False
+    _tls_record_nbytes = TLS_RECORD_NBYTES
     # Its socket starts plain and is wrapped after connect(): decide here.
     _gather = False
 
