@@ -377,6 +377,15 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"builds-tls.readinto.{loop}.msgs-x-stock": load_ratio("load-builds-tls.json", "readinto", loop, "stock",
                                                                metric="msgs_per_s")
        for loop in ("asyncio", "uvloop")},
+    **{f"tls-record.readinto.{loop}.msgs-x-stock": load_ratio("load-tls-record.json", "readinto", loop, "stock",
+                                                                metric="msgs_per_s")
+       for loop in ("asyncio", "uvloop")},
+    **{f"tls-record-before.readinto.{loop}.msgs-x-stock": load_ratio("load-tls-record-before.json", "readinto",
+                                                                       loop, "stock", metric="msgs_per_s")
+       for loop in ("asyncio", "uvloop")},
+    **{f"{name}.dask.{key}": dask_ratio(f"dask-rpc-{name}.json", "rpc", protocol)
+       for name in ("record", "record-2", "record-before")
+       for key, protocol in (("rpc", "readinto"), ("tls-rpc", "readinto-tls"))},
     "framed.dask.rpc": dask_ratio("dask-rpc-framed.json", "rpc"),
     "framed.dask.tls-rpc": dask_ratio("dask-rpc-framed.json", "rpc", "readinto-tls"),
     "rerun.dask.rpc": dask_ratio("dask-rpc-rerun.json", "rpc"),
@@ -822,6 +831,22 @@ QUOTES: list[Quote] = [
                                   "{facecore2.readinto.uvloop.x-pure:spread} the pure build's"),
     Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-rerun.json) gave {rerun.dask.rpc:spread} and "
                                   "{rerun.dask.tls-rpc:spread}"),
+    Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-record.json, dask-rpc-record-2.json) gave "
+                                  "{record.dask.rpc:spread} and {record-2.dask.rpc:spread} tcp://, "
+                                  "{record.dask.tls-rpc:spread} and {record-2.dask.tls-rpc:spread} tls://, and the "
+                                  "tree before, run between them (dask-rpc-record-before.json), "
+                                  "{record-before.dask.rpc:spread} and {record-before.dask.tls-rpc:spread}"),
+    Quote("docs/performance.rst", "readinto serves {tls-record.readinto.asyncio.msgs-x-stock:spread} stock "
+                                  "SSLIOStream's messages per second on asyncio's loop and "
+                                  "{tls-record.readinto.uvloop.msgs-x-stock:spread} on uvloop, where the tree before, "
+                                  "run just before (load-tls-record-before.json), served "
+                                  "{tls-record-before.readinto.asyncio.msgs-x-stock:spread} and "
+                                  "{tls-record-before.readinto.uvloop.msgs-x-stock:spread}"),
+    Quote("CHANGELOG.rst", "readinto serves {tls-record.readinto.asyncio.msgs-x-stock:spread} stock SSLIOStream's "
+                           "messages per second on asyncio's loop and {tls-record.readinto.uvloop.msgs-x-stock:spread} "
+                           "on uvloop, where the tree before, run just before, served "
+                           "{tls-record-before.readinto.asyncio.msgs-x-stock:spread} and "
+                           "{tls-record-before.readinto.uvloop.msgs-x-stock:spread}"),
     Quote("docs/performance.rst", "bound-raw executes {floor.bound-raw.asyncio.x-streams} asyncio Streams' count on "
                                   "asyncio's loop and {floor.bound-raw.uvloop.x-streams} uvloop Streams' on uvloop, "
                                   "the BufferedProtocol echo {floor.asyncio-protocol.asyncio.x-streams} and "
