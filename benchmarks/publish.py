@@ -404,6 +404,9 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     "echo.cpuquota.readinto": echo_ratio("echo-cpuquota.json", "readinto", "stock-read_bytes", "1KiB"),
     **{f"echo.100mib.{impl}.x-threads": echo_ratio("echo-hugepage-100mib.json", impl, "threads", "100MiB")
        for impl in ("readinto", "readinto-uninit", "framed-pool", "threads-uninit")},
+    **{f"echo.uvloop-reset{suffix}.100mib.x-threads": echo_ratio(f"echo-uvloop-reset{suffix}.json",
+                                                                  "uvloop-readinto", "threads", "100MiB")
+       for suffix in ("", "-before")},
     "full.pipelined.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "1KiB",
                                           "pipelined"),
     "full.100mib.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "100MiB"),
@@ -842,6 +845,8 @@ QUOTES: list[Quote] = [
                                   "run just before (load-tls-record-before.json), served "
                                   "{tls-record-before.readinto.asyncio.msgs-x-stock:spread} and "
                                   "{tls-record-before.readinto.uvloop.msgs-x-stock:spread}"),
+    Quote("CHANGELOG.rst", "100 MiB ping-pong at {echo.uvloop-reset.100mib.x-threads} the blocking-thread echo, the "
+                           "tree before at {echo.uvloop-reset-before.100mib.x-threads}"),
     Quote("CHANGELOG.rst", "readinto serves {tls-record.readinto.asyncio.msgs-x-stock:spread} stock SSLIOStream's "
                            "messages per second on asyncio's loop and {tls-record.readinto.uvloop.msgs-x-stock:spread} "
                            "on uvloop, where the tree before, run just before, served "
