@@ -108,6 +108,41 @@ def test_iostream_peer_reset_fails_the_reads(make_pair, loop_name):
     run(main(), loop=loop_name)
 
 
+def test_peer_reset_closes_an_idle_stream(make_ours, loop_name):
+    """With no read pending, a peer's last bytes and its reset in one event
+    still close the stream and run its close callback (what a server relies
+    on to notice a client that went away), on both loops.  (Stock Tornado
+    does not: with no read pending it stops at the bytes, buffers them, and
+    then watches for nothing.)"""
+
+    async def main():
+        server, client = await make_ours()
+        closed = asyncio.Event()
+        server.set_close_callback(closed.set)
+        try:
+            assert await _echo_once(server, client)  # READ is registered, nothing pending
+            client.write(b"z" * 100)
+            assert not client.writing()
+            _reset(client)
+            await asyncio.wait_for(closed.wait(), 10)
+            assert server.closed()
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
+async def _echo_once(server, client):
+    """One request and its reply: True when both arrived intact."""
+    reading = server.read_bytes(4)
+    await client.write(b"ping")
+    if await reading != b"ping":
+        return False
+    await server.write(b"pong")
+    return await client.read_bytes(4) == b"pong"
+
+
 def test_iostream_set_nodelay_reaches_the_socket(make_pair):
     """set_nodelay toggles TCP_NODELAY on the socket every call, as stock
     does, plain and TLS; after close it is a harmless no-op."""

@@ -389,12 +389,16 @@ class FaceCore(StreamCore):
         shown that the socket is still watched: the socket's error (a peer
         that sent its last bytes and reset the connection) comes only from
         the next ``recv`` or send.  So a read left waiting receives again
-        now, until EAGAIN, EOF or the error; else the next read does (the
-        socket counts as ``unconfirmed``), unless a send came first, as a
-        reply does.  Cost: one ``recv`` more (EAGAIN) per such event that
-        leaves a read waiting, or that no send follows before the next read;
-        none on asyncio's own loops, which never drop a socket."""
+        now, until EAGAIN, EOF or the error, and so does an event that only
+        read ahead (no read waits, and none may come: the close callback
+        must still run); after an event that completed a read, the next
+        read does (the socket counts as ``unconfirmed``), unless a send came
+        first, as a reply does.  Cost: one ``recv`` more (EAGAIN) per such
+        event that leaves a read waiting or only reads ahead, or that no
+        send follows before the next read; none on asyncio's own loops,
+        which never drop a socket."""
         self.unconfirmed = False  # (this event shows the socket is watched)
+        completed = False
         while True:
             try:
                 result = self.receive()
@@ -405,9 +409,10 @@ class FaceCore(StreamCore):
                 return
             if result is not PENDING:
                 self.complete(result)
+                completed = True
             if not (self.drops_on_error and self.short_drained) or self.closed:
                 break
-            if self.read_future is None:  # no read waits: the next one, or a send, confirms
+            if completed and self.read_future is None:  # its waiter reads next, or sends: that confirms
                 self.unconfirmed = True
                 break
         if result is PENDING and self.read_future is not None and not self.closed and self.park():
