@@ -412,7 +412,7 @@ class FaceCore(StreamCore):
                 completed = True
             if not (self.drops_on_error and self.short_drained) or self.closed:
                 break
-            if completed and self.read_future is None:  # its waiter reads next, or sends: that confirms
+            if completed:  # its waiter reads next, or sends: that confirms
                 self.unconfirmed = True
                 break
         if result is PENDING and self.read_future is not None and not self.closed and self.park():
