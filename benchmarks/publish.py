@@ -249,6 +249,21 @@ def echo_ratio(file: str, impl: str, base: str, msize: str, mode: str = "pingpon
     return get
 
 
+def echo_cpu_ratio(file: str, impl: str, base: str, msize: str) -> Callable[[Results], Figure]:
+    """The server's CPU seconds per message (all its rounds pooled) over the
+    base's, from one run of benchmarks.echo (no spread: one figure per round
+    is not kept)."""
+    def get(res: Results) -> Figure:
+        def per_message(name: str) -> float:
+            runs = [r for r in res.json(file)["results"]
+                    if r["impl"] == name and r["msize_text"] == msize and r["mode"] == "pingpong"]
+            if not runs:
+                raise LookupError(f"{file}: no {name} at {msize}")
+            return sum(r["server_cpu_s"] for r in runs) / sum(r["messages_sent"] for r in runs)
+        return Figure(per_message(impl) / per_message(base), None, file)
+    return get
+
+
 def opcodes(server: str, loop: str) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
         for line in res.text("opcodes-bounds.txt").splitlines():
@@ -404,6 +419,14 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     "echo.cpuquota.readinto": echo_ratio("echo-cpuquota.json", "readinto", "stock-read_bytes", "1KiB"),
     **{f"echo.100mib.{impl}.x-threads": echo_ratio("echo-hugepage-100mib.json", impl, "threads", "100MiB")
        for impl in ("readinto", "readinto-uninit", "framed-pool", "threads-uninit")},
+    **{f"rcvlowat{suffix}.{impl}.{size.lower()}.x-threads": echo_ratio(f"echo-rcvlowat{suffix}.json", impl,
+                                                                         "threads", size)
+       for suffix in ("", "-before") for size in ("8MiB", "100MiB")
+       for impl in ("readinto", "framed-pool", "uvloop-readinto", "uvloop-framed-pool")},
+    **{f"rcvlowat{suffix}.{impl}.{size.lower()}.cpu-x-threads": echo_cpu_ratio(f"echo-rcvlowat{suffix}.json",
+                                                                               impl, "threads", size)
+       for suffix in ("", "-before") for size in ("8MiB", "100MiB")
+       for impl in ("readinto", "framed-pool", "uvloop-readinto", "uvloop-framed-pool")},
     **{f"echo.uvloop-reset{suffix}.100mib.x-threads": echo_ratio(f"echo-uvloop-reset{suffix}.json",
                                                                   "uvloop-readinto", "threads", "100MiB")
        for suffix in ("", "-before")},
@@ -434,7 +457,8 @@ def command(res: Results, file: str, module: str) -> str:
 
 
 #: How a result file's run differed from its command alone.
-COMMAND_NOTES = {"echo-onecpu.json": "with the benchmark's processes pinned to one CPU (``taskset``)"}
+COMMAND_NOTES = {"echo-onecpu.json": "with the benchmark's processes pinned to one CPU (``taskset``)",
+                 "echo-rcvlowat-before.json": "on the tree before the mark, run just before"}
 
 
 HTTP_COMMANDS = {
@@ -658,6 +682,23 @@ def large_table(res: Results) -> str:
             + "\n" + source_line((file, command(res, file, "echo"))) + "\n")
 
 
+def rcvlowat_table(res: Results) -> str:
+    """Large ping-pong before and with the receive low-water mark (two runs
+    of one command, back to back)."""
+    rows = []
+    for impl, label in (("readinto", "readinto"), ("uvloop-readinto", "readinto, uvloop")):
+        for suffix, when in (("-before", ", before"), ("", "")):
+            rows.append((label + when,
+                         *(figure(res, f"rcvlowat{suffix}.{impl}.{size}.cpu-x-threads").text
+                           for size in ("8mib", "100mib")),
+                         *(figure(res, f"rcvlowat{suffix}.{impl}.{size}.x-threads").with_spread
+                           for size in ("8mib", "100mib"))))
+    files = ("echo-rcvlowat-before.json", "echo-rcvlowat.json")
+    return (simple_table(("x the threads echo", "server CPU, 8 MiB", "server CPU, 100 MiB", "msgs/s, 8 MiB",
+                          "msgs/s, 100 MiB"), rows)
+            + "\n" + source_line(*((f, command(res, f, "echo")) for f in files)) + "\n")
+
+
 def profile_table(res: Results) -> str:
     """Where a dask RPC and a 64 MiB transfer spend their time (one run of
     benchmarks.dask_profile, both protocols)."""
@@ -696,6 +737,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "opcodes.rst": opcodes_table,
     "echo.rst": echo_table,
     "large.rst": large_table,
+    "rcvlowat.rst": rcvlowat_table,
     "dask-profile.rst": profile_table,
 }
 
@@ -958,6 +1000,12 @@ QUOTES: list[Quote] = [
     Quote("CHANGELOG.rst", "under a one-CPU cgroup quota at {echo.cpuquota.readinto.x-nospin} and "
                            "{echo.cpuquota.readinto}"),
     Quote("CHANGELOG.rst", "100 MiB ping-pong runs at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
+    Quote("CHANGELOG.rst", "8 MiB ping-pong {rcvlowat.readinto.8mib.cpu-x-threads} instead of "
+                           "{rcvlowat-before.readinto.8mib.cpu-x-threads}, 100 MiB "
+                           "{rcvlowat.readinto.100mib.cpu-x-threads} instead of "
+                           "{rcvlowat-before.readinto.100mib.cpu-x-threads}"),
+    Quote("CHANGELOG.rst", "{rcvlowat.readinto.100mib.cpu-x-threads} on asyncio's loop, "
+                           "{rcvlowat.uvloop-readinto.100mib.cpu-x-threads} on uvloop"),
 ]
 
 

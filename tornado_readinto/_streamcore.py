@@ -57,12 +57,20 @@ from __future__ import annotations
 import operator
 import os
 import socket
+import sys
 from collections.abc import Iterable, Sequence
 from time import perf_counter
 from typing import Any, Callable, Final
 
 from . import _gilheld
-from ._readcore import DEFAULT_MAX_BUFFER_SIZE, DEFAULT_READ_CHUNK_SIZE, DIRECT_READ_MIN_NBYTES, PENDING, ReadCore
+from ._readcore import (
+    _INTO,
+    DEFAULT_MAX_BUFFER_SIZE,
+    DEFAULT_READ_CHUNK_SIZE,
+    DIRECT_READ_MIN_NBYTES,
+    PENDING,
+    ReadCore,
+)
 from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
 from .busypoll import BusyPoll, other_threads
 from .writebuffer import ChunkedWriteBuffer
@@ -74,6 +82,8 @@ __all__ = [
     "IOV_MAX",
     "MAX_SEND_NBYTES",
     "QUEUED",
+    "RCVLOWAT_MIN_MISSING",
+    "RCVLOWAT_NBYTES",
     "SEND",
     "SENT",
     "StreamCore",
@@ -102,6 +112,17 @@ DRAINED_VALID_S: Final = 1e-3  # seconds
 #: receive through the ``ssl`` module returns at most one record (OpenSSL
 #: without read-ahead, as Python runs it).
 TLS_RECORD_NBYTES: Final = 16 * 1024  # bytes
+
+#: A read that waits for this many bytes or more of its own buffer has the
+#: kernel wake the loop only once `RCVLOWAT_NBYTES` have arrived
+#: (``SO_RCVLOWAT``, plain TCP sockets on Linux): a large transfer then
+#: costs a few ``recv_into`` calls and loop wake-ups per MiB instead of one
+#: per arriving segment batch.  Smaller waits keep the default (any byte),
+#: so that the last bytes of a message are copied while they arrive.
+RCVLOWAT_MIN_MISSING: Final = 2 * 1024 * 1024  # bytes
+
+#: The low-water mark such a wait sets.
+RCVLOWAT_NBYTES: Final = 256 * 1024  # bytes
 
 #: The most bytes of replies a stream holds back while more input is
 #: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
@@ -148,6 +169,24 @@ PROBE_EVERY: Final = 32  # calls
 _NATIVE_RECV_INTO: Any = _gilheld.recv_into if _gilheld.NATIVE else None
 _NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
 
+
+
+def _lowat_kernel() -> bool:
+    # Linux holds epoll's READ event back until SO_RCVLOWAT bytes are
+    # queued; since 4.18 it also grows the receive buffer to fit the mark (or
+    # caps the mark at half a locked buffer), so that the mark can always be
+    # reached.  Older kernels do not: no marks there.
+    if sys.platform != "linux":
+        return False
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (4, 18)
+
+
+_LOWAT_PLATFORM: Final = _lowat_kernel()
+
 _MIN_STALL_S: Final = _gilheld.MIN_STALL_S
 _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
@@ -155,6 +194,18 @@ _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 _FEW_BUFFERS: Final = 8
 
 _nbytes = operator.attrgetter("nbytes")
+
+
+def lowat_applies(sock: socket.socket | None) -> bool:
+    """True for a TCP socket (or a wrapper with its ``family``, ``type`` and
+    ``setsockopt``) on Linux, where ``SO_RCVLOWAT`` holds epoll's READ event
+    back until the mark is reached (`StreamCore.park`)."""
+    return (
+        _LOWAT_PLATFORM
+        and getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6)
+        and getattr(sock, "type", None) == socket.SOCK_STREAM
+        and hasattr(sock, "setsockopt")
+    )
 
 
 def _buffer_nbytes(data: Any) -> int:
@@ -227,6 +278,9 @@ class StreamCore(ReadCore):
         "drained_at",
         "nbytes_received",
         "busy_poll",
+        "lowat_ok",
+        "rcvlowat",
+        "wait_nbytes",
         # the write queue and the cork
         "write_buffer",
         "write_index",
@@ -287,6 +341,13 @@ class StreamCore(ReadCore):
         self.nbytes_received = 0
         #: The busy-poll policy told when a read parks, or None.
         self.busy_poll: BusyPoll | None = None
+        #: Large waits may set ``SO_RCVLOWAT`` (a plain TCP socket on Linux).
+        self.lowat_ok = short_read_drains and lowat_applies(sock)
+        #: The ``SO_RCVLOWAT`` this core set last (1: the kernel's default).
+        self.rcvlowat = 1
+        #: Bytes the pending read is sure to need after the last receive
+        #: (the rest of its own buffer, received in place), or 0.
+        self.wait_nbytes = 0
         #: Queued bytes (``append``/``peek``/``advance``, as Tornado's).
         self.write_buffer = ChunkedWriteBuffer()
         #: Bytes ever queued (Tornado's ``_total_write_index``).
@@ -340,6 +401,7 @@ class StreamCore(ReadCore):
         reading = self._mode != 0  # not _IDLE
         read_from_fd = self.read_from_fd
         self.short_drained = False
+        self.wait_nbytes = 0
         while not self.closed:
             try:
                 view = self.get_buffer()
@@ -357,6 +419,8 @@ class StreamCore(ReadCore):
                 if self.short_read_drains:
                     self.readable_hint = False
                     self.drained_at = perf_counter()
+                if self._direct and not (self._partial and self._mode == _INTO):
+                    self.wait_nbytes = requested
                 break
             if not received:
                 self.readable_hint = False
@@ -378,8 +442,12 @@ class StreamCore(ReadCore):
                 self.fail(e, "data")
                 return PENDING
             if result is not PENDING:
+                if self.rcvlowat != 1:
+                    self._set_rcvlowat(1)
                 return result
             if not self.readable_hint:
+                if self._direct and not (self._partial and self._mode == _INTO):
+                    self.wait_nbytes = requested - received
                 break
         if self.closed or not reading:
             return PENDING
@@ -422,17 +490,46 @@ class StreamCore(ReadCore):
 
     def park(self) -> bool:
         """The pending read waits for the socket: send the replies the cork
-        holds (the reads caught up) and tell the busy-poll policy.  Returns
-        True if written bytes are left queued (the face waits for WRITE)."""
+        holds (the reads caught up), set or clear the receive low-water mark
+        of a large wait (`RCVLOWAT_MIN_MISSING`), and tell the busy-poll
+        policy unless a mark is set.  Returns True if written bytes are left
+        queued (the face waits for WRITE)."""
         left = False
         if self.cork_nbytes:
             left = self.uncork()
+        if self.wait_nbytes >= RCVLOWAT_MIN_MISSING or self.rcvlowat != 1:
+            if self.lowat_ok and self.read_from_fd is None and self._wait_for_lowat():
+                return left  # a long wait for the mark: no spin
         poll = self.busy_poll
         if poll is not None:
             now = perf_counter()
             if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
                 poll.parked(now)
         return left
+
+    def _wait_for_lowat(self) -> bool:
+        """Set ``SO_RCVLOWAT`` for the wait that parks now: `RCVLOWAT_NBYTES`
+        when the pending read needs `RCVLOWAT_MIN_MISSING` bytes or more,
+        else back to 1.  True when a mark above 1 is set.  Costs a
+        ``setsockopt`` when the mark changes: two per large read."""
+        want = RCVLOWAT_NBYTES if self.wait_nbytes >= RCVLOWAT_MIN_MISSING else 1
+        if want != self.rcvlowat:
+            self._set_rcvlowat(want)
+        return self.rcvlowat != 1
+
+    def _set_rcvlowat(self, nbytes: int) -> None:
+        """``setsockopt(SO_RCVLOWAT, nbytes)``; a failure turns the marks off
+        for this stream (the socket keeps waking on any byte)."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
+        except OSError:
+            self.lowat_ok = False
+            nbytes = 1
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+            except OSError:
+                pass
+        self.rcvlowat = nbytes
 
     def readable(self) -> None:
         """A READ event: the socket has data (the busy-poll policy is told

@@ -60,7 +60,7 @@ from tornado.platform.asyncio import BaseAsyncIOLoop
 from . import _cpus, _gilheld, busypoll
 from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
-from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES
+from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES, lowat_applies
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -248,6 +248,7 @@ class ReadIntoIOStream(IOStream):
         # does both (TLS: SSL_read and SSL_write through the ssl object).
         core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
         core.fd = sock.fileno() if core.own_socket_io else -1
+        core.lowat_ok = core.short_read_drains and core.sock is not None and lowat_applies(sock)
         core.close = self.close
         core.fail = self._fail
         # set_nodelay applies to TCP sockets only (the family never changes).
@@ -929,6 +930,7 @@ class ReadIntoIOStream(IOStream):
         core.closed = True
         core.sock = None  # type: ignore[assignment]
         core.own_socket_io = False
+        core.lowat_ok = False
         core.fd = -1
         self._state = None
         sock = ssl_wrap_socket(

@@ -1,0 +1,196 @@
+"""The receive low-water mark of a large wait (``SO_RCVLOWAT``, plain TCP on
+Linux): a read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
+buffer is woken by the loop only once `RCVLOWAT_NBYTES` have arrived, and the
+mark is back at 1 before anything else waits.  Real sockets on 127.0.0.1, on
+asyncio's loop and on uvloop; the peer writes in small pieces and yields to
+the loop between them (no sleep, no clock), so that without the mark every
+piece would wake the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+
+import pytest
+from tornado.iostream import IOStream, StreamClosedError
+
+from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, _streamcore
+from tornado_readinto._streamcore import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
+from tornado_readinto.framing import message_header
+from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+
+from .conftest import run
+
+pytestmark = pytest.mark.skipif(not _streamcore._LOWAT_PLATFORM, reason="SO_RCVLOWAT marks are used on Linux >= 4.18")
+
+PIECE = 32 * 1024
+NBYTES = 4 * RCVLOWAT_MIN_MISSING  # 8 MiB
+
+
+def _mark(sock) -> int:
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+
+
+async def _send_in_pieces(client: IOStream, data: bytes) -> None:
+    view = memoryview(data)
+    for start in range(0, len(view), PIECE):
+        await client.write(view[start : start + PIECE])
+        await asyncio.sleep(0)  # one loop turn: the server's READ event, if the kernel reports one
+
+
+def _received_while_marked(recvs):
+    """The receives made into a view of RCVLOWAT_MIN_MISSING bytes or more
+    (the mark was set for the wait before each), and the ones after."""
+    big = [r for r in recvs if r.received and r.requested >= RCVLOWAT_MIN_MISSING]
+    small = [r for r in recvs if r.received and r.requested < RCVLOWAT_MIN_MISSING]
+    return big, small
+
+
+def test_a_large_read_into_is_woken_only_at_the_mark_and_clears_it(loop_name):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        sock = server.socket
+        data = bytes(range(256)) * (NBYTES // 256)
+        buf = bytearray(NBYTES)
+        future = server.read_into(buf)
+        assert _mark(sock) == RCVLOWAT_NBYTES  # set as the read parked
+        await _send_in_pieces(client, data)
+        assert await future == NBYTES
+        assert buf == data
+        assert _mark(sock) == 1  # cleared as the read completed
+        big, small = _received_while_marked(sock.recvs)
+        # while 2 MiB or more were missing, each wake-up found a mark's worth
+        assert big and all(r.received >= RCVLOWAT_NBYTES for r in big)
+        assert len(big) <= (NBYTES - RCVLOWAT_MIN_MISSING) // RCVLOWAT_NBYTES + 1
+        # the last 2 MiB wake on any byte again: copied as they arrive
+        assert small and sum(r.received for r in big + small) == NBYTES
+        eagain = [r for r in sock.recvs if r.received is None]
+        if loop_name == "asyncio":
+            assert eagain == sock.recvs[:1]  # one EAGAIN: at the start
+        else:  # uvloop: an event that ends short receives again until EAGAIN (an error would end it)
+            assert len(eagain) <= len(big) + len(small) + 1
+        # the next small read waits with no mark
+        small_buf = bytearray(100)
+        future = server.read_into(small_buf)
+        assert _mark(sock) == 1
+        await client.write(b"x" * 100)
+        assert await future == 100 and small_buf == b"x" * 100
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_a_large_frame_is_received_at_the_mark_and_the_next_message_is_not(loop_name):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        sock = server.socket
+        frame_at = []
+
+        def allocate(nbytes):
+            frame = bytearray(nbytes)
+            frame_at.append((buffer_address(frame), nbytes))
+            return frame
+
+        framed = FramedStream(server, allocator=allocate)
+        frames = [b"head", bytes(range(256)) * (NBYTES // 256), b"tail"]
+        header, _ = message_header(frames)
+        task = asyncio.ensure_future(framed.read_frames())
+        await client.write(header + frames[0])
+        # (the frame's first piece wakes the stream as any byte does: the mark
+        # is set from the first wait for the rest of the frame on)
+        await _send_in_pieces(client, frames[1] + frames[2])
+        assert [bytes(f) for f in await task] == frames
+        assert _mark(sock) == 1
+        start, nbytes = max(frame_at, key=lambda at: at[1])
+        into_frame = [r for r in sock.recvs if r.received and start <= r.address < start + nbytes]
+        big, _ = _received_while_marked(into_frame)
+        # the first receive into the frame came before any wait for it: the
+        # mark was set for each wait after it while 2 MiB or more were missing
+        assert len(big) > 1 and all(r.received >= RCVLOWAT_NBYTES for r in big[1:])
+        # a small message next: its wait sets no mark
+        task = asyncio.ensure_future(framed.read_frames())
+        await asyncio.sleep(0)
+        assert _mark(sock) == 1
+        await client.write(message_header([b"ok"])[0] + b"ok")
+        assert [bytes(f) for f in await task] == [b"ok"]
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
+@pytest.mark.parametrize("how", ["eof", "reset"])
+def test_a_peer_that_stops_short_of_the_mark_still_ends_the_read(loop_name, how):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        sock = server.socket
+        buf = bytearray(NBYTES)
+        future = server.read_into(buf)
+        assert _mark(sock) == RCVLOWAT_NBYTES
+        await client.write(b"y" * 1000)  # far under the mark
+        if how == "reset":
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        with pytest.raises(StreamClosedError):
+            await future
+        assert server.closed()
+
+    run(main(), loop=loop_name)
+
+
+def test_partial_and_smaller_reads_never_set_the_mark(loop_name):
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        sock = server.socket
+        buf = bytearray(NBYTES)
+        future = server.read_into(buf, partial=True)  # completes with any byte
+        assert _mark(sock) == 1
+        await client.write(b"z")
+        assert await future == 1
+        under = bytearray(RCVLOWAT_MIN_MISSING - 1)
+        future = server.read_into(under)
+        assert _mark(sock) == 1
+        await client.write(bytes(len(under)))
+        assert await future == len(under)
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
+    async def main():
+        server_ctx, client_ctx = tls_contexts
+        server, client = await stream_pair(
+            SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx, server_hostname="localhost"
+        )
+        assert not server._core.lowat_ok
+        buf = bytearray(NBYTES)
+        future = server.read_into(buf)
+        assert _mark(server.socket) == 1
+        await client.write(bytes(NBYTES))
+        assert await future == NBYTES
+        server.close()
+        client.close()
+        a, b = socket.socketpair()
+        try:
+            assert not lowat_applies(a)
+            stream = ReadIntoIOStream(a)
+            assert not stream._core.lowat_ok
+            stream.close()
+        finally:
+            b.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_the_mark_needs_linux_4_18(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    for release, expected in [("4.17.0", False), ("4.18.0-rc1", True), ("6.18.44-fc", True), ("weird", False)]:
+        monkeypatch.setattr(_streamcore.os, "uname", lambda release=release: type("U", (), {"release": release})())
+        assert _streamcore._lowat_kernel() is expected, release
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _streamcore._lowat_kernel() is False
