@@ -401,6 +401,8 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
     **{f"{name}.dask.{key}": dask_ratio(f"dask-rpc-{name}.json", "rpc", protocol)
        for name in ("record", "record-2", "record-before")
        for key, protocol in (("rpc", "readinto"), ("tls-rpc", "readinto-tls"))},
+    **{f"rcvlowat{suffix}.dask.transfer": dask_ratio(f"dask-transfer-rcvlowat{suffix}.json", "transfer")
+       for suffix in ("", "-2", "-before", "-before-2")},
     "framed.dask.rpc": dask_ratio("dask-rpc-framed.json", "rpc"),
     "framed.dask.tls-rpc": dask_ratio("dask-rpc-framed.json", "rpc", "readinto-tls"),
     "rerun.dask.rpc": dask_ratio("dask-rpc-rerun.json", "rpc"),
@@ -1004,6 +1006,12 @@ QUOTES: list[Quote] = [
                            "{rcvlowat-before.readinto.8mib.cpu-x-threads}, 100 MiB "
                            "{rcvlowat.readinto.100mib.cpu-x-threads} instead of "
                            "{rcvlowat-before.readinto.100mib.cpu-x-threads}"),
+    Quote("CHANGELOG.rst", "four runs alternating the trees): {rcvlowat.dask.transfer:spread} and "
+                           "{rcvlowat-2.dask.transfer:spread} tcp://, the tree before "
+                           "{rcvlowat-before.dask.transfer:spread} and {rcvlowat-before-2.dask.transfer:spread}"),
+    Quote("docs/performance.rst", "ran at {rcvlowat.dask.transfer:spread} and {rcvlowat-2.dask.transfer:spread} "
+                                  "tcp://'s rate with the mark, and at {rcvlowat-before.dask.transfer:spread} and "
+                                  "{rcvlowat-before-2.dask.transfer:spread} without it"),
     Quote("CHANGELOG.rst", "{rcvlowat.readinto.100mib.cpu-x-threads} on asyncio's loop, "
                            "{rcvlowat.uvloop-readinto.100mib.cpu-x-threads} on uvloop"),
 ]
