@@ -38,6 +38,11 @@ Strategy:
   most one record, so one shorter than asked and shorter than a full record
   (`TLS_RECORD_NBYTES`) emptied the SSL object at the end of the peer's
   write, and proves the same.
+* A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
+  buffer sets the socket's ``SO_RCVLOWAT`` to `RCVLOWAT_NBYTES` (plain TCP
+  on Linux 4.18+), so that the loop wakes once per that many bytes instead
+  of once per arriving batch; any smaller wait, and the receive that
+  completes the read, set it back to 1.
 * Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
