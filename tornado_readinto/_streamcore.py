@@ -175,7 +175,6 @@ _NATIVE_RECV_INTO: Any = _gilheld.recv_into if _gilheld.NATIVE else None
 _NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
 
 
-
 def _lowat_kernel() -> bool:
     # Linux holds epoll's READ event back until SO_RCVLOWAT bytes are
     # queued; since 4.18 it also grows the receive buffer to fit the mark (or
