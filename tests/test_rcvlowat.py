@@ -21,7 +21,7 @@ from tornado_readinto._streamcore import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, 
 from tornado_readinto.framing import message_header
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import run
+from .conftest import run, until
 
 pytestmark = pytest.mark.skipif(not _streamcore._LOWAT_PLATFORM, reason="SO_RCVLOWAT marks are used on Linux >= 4.18")
 
@@ -194,3 +194,43 @@ def test_the_mark_needs_linux_4_18(monkeypatch):
         assert _streamcore._lowat_kernel() is expected, release
     monkeypatch.setattr(sys, "platform", "darwin")
     assert _streamcore._lowat_kernel() is False
+
+
+def test_bytes_held_below_the_mark_count_for_the_idle_timeout(loop_name, monkeypatch):
+    """A slow peer's bytes that wait in the kernel below the mark (they do
+    not wake the loop) still show the read is alive: `nbytes_arrived` counts
+    them, and FramedStream's idle checks (run by hand, two per trickle)
+    never cut the read."""
+    from .test_framed import _ManualIdleTicks
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        sock = server.socket
+        fs = FramedStream(server, read_idle_timeout=0.2)
+        ticks = _ManualIdleTicks(fs, monkeypatch)
+        frame = bytes(range(256)) * (NBYTES // 256)
+        header, _ = message_header([frame])
+        reading = fs.read_frames()
+        await client.write(header + frame[:PIECE])
+        await until(lambda: server.nbytes_received == len(header) + PIECE)
+        # (those bytes landed in the read-ahead buffer; a receive into the
+        # frame itself ends the next event, and the wait after it sets the mark)
+        await client.write(frame[PIECE : 2 * PIECE])
+        await until(lambda: _mark(sock) == RCVLOWAT_NBYTES)
+        sent = 2 * PIECE
+        for _ in range(5):  # 4 KiB per two checks: far under the mark
+            arrived = server.nbytes_arrived
+            await client.write(frame[sent : sent + 4096])
+            sent += 4096
+            await until(lambda arrived=arrived: server.nbytes_arrived == arrived + 4096)
+            ticks.tick()
+            ticks.tick()
+            assert not server.closed() and not reading.done()
+        assert server.nbytes_received < server.nbytes_arrived  # held in the kernel, not received
+        await client.write(frame[sent:])
+        assert [bytes(f) for f in await reading] == [frame]
+        assert server.nbytes_arrived == server.nbytes_received == len(header) + NBYTES
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)

@@ -100,6 +100,7 @@ cdef class StreamCore(ReadCore):
     cpdef object recv_plain(self, object view)
     cpdef object park(self)
     cpdef object readable(self)
+    cpdef Py_ssize_t unreported_nbytes(self) except -1
     cdef bint _wait_for_lowat(self) except -1
     cdef object _set_rcvlowat(self, Py_ssize_t nbytes)
     # Outgoing flow.

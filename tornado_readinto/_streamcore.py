@@ -212,6 +212,16 @@ def lowat_applies(sock: socket.socket | None) -> bool:
     )
 
 
+def _queued_nbytes(fd: int) -> int:
+    # FIONREAD on a TCP socket: the bytes received by the kernel and not yet
+    # read (Unix only, as the marks are).
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]  # type: ignore[no-any-return]
+
+
 def _buffer_nbytes(data: Any) -> int:
     """The size of a bytes-like object in bytes (``len`` would count the
     items of a typed buffer)."""
@@ -534,6 +544,18 @@ class StreamCore(ReadCore):
             except OSError:
                 pass
         self.rcvlowat = nbytes
+
+    def unreported_nbytes(self) -> int:
+        """Bytes that have arrived on the socket but cannot wake the loop yet
+        because a receive low-water mark is set: the kernel's count
+        (``FIONREAD``, one ``ioctl``), or 0 when no mark is set (no
+        syscall).  Idle timeouts add it to `nbytes_received`."""
+        if self.rcvlowat == 1 or self.sock is None:
+            return 0
+        try:
+            return _queued_nbytes(self.sock.fileno())
+        except OSError:
+            return 0
 
     def readable(self) -> None:
         """A READ event: the socket has data (the busy-poll policy is told

@@ -156,7 +156,7 @@ class FramedStream:
         stream = self.stream
         if stream.closed():
             return
-        received = stream.nbytes_received
+        received = stream.nbytes_arrived  # bytes below a low-water mark count
         if stream.reading() and received == self._idle_mark:
             self._idle_ticks += 1
             if self._idle_ticks >= 3:

@@ -393,8 +393,18 @@ class ReadIntoIOStream(IOStream):
 
     @property
     def nbytes_received(self) -> int:
-        """Bytes received so far (for idle timeouts and statistics)."""
+        """Bytes received so far (for statistics)."""
         return self._core.nbytes_received
+
+    @property
+    def nbytes_arrived(self) -> int:
+        """Bytes the peer has delivered so far, for idle timeouts:
+        `nbytes_received` plus the bytes waiting in the kernel below a large
+        read's receive low-water mark, which do not wake the loop until the
+        mark is reached.  Costs one ``ioctl`` while a mark is set, else
+        nothing."""
+        core = self._core
+        return core.nbytes_received + core.unreported_nbytes()  # type: ignore[no-any-return]
 
     # Tornado's per-message state: plain attributes of BaseIOStream, kept in
     # the core's C fields (Tornado's own methods read and write them here).
