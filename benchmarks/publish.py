@@ -958,6 +958,8 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-framed.json) gave {framed.dask.rpc:spread} and "
                                   "{framed.dask.tls-rpc:spread}"),
     Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
+    Quote("docs/performance.rst", "but at {rcvlowat.readinto.100mib.x-threads:spread} in the run of the "
+                                  "low-water-mark table"),
     Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
                                   "{full.100mib.readinto} stock read_bytes"),
     # CHANGELOG
@@ -1012,6 +1014,7 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "ran at {rcvlowat.dask.transfer:spread} and {rcvlowat-2.dask.transfer:spread} "
                                   "tcp://'s rate with the mark, and at {rcvlowat-before.dask.transfer:spread} and "
                                   "{rcvlowat-before-2.dask.transfer:spread} without it"),
+    Quote("CHANGELOG.rst", "in one run and at {rcvlowat.readinto.100mib.x-threads} in another"),
     Quote("CHANGELOG.rst", "{rcvlowat.readinto.100mib.cpu-x-threads} on asyncio's loop, "
                            "{rcvlowat.uvloop-readinto.100mib.cpu-x-threads} on uvloop"),
 ]
