@@ -433,8 +433,6 @@ class StreamCore(ReadCore):
                 if self.short_read_drains:
                     self.readable_hint = False
                     self.drained_at = perf_counter()
-                if self._direct and not (self._partial and self._mode == _INTO):
-                    self.wait_nbytes = requested
                 break
             if not received:
                 self.readable_hint = False
@@ -460,11 +458,13 @@ class StreamCore(ReadCore):
                     self._set_rcvlowat(1)
                 return result
             if not self.readable_hint:
-                if self._direct and not (self._partial and self._mode == _INTO):
-                    self.wait_nbytes = requested - received
                 break
         if self.closed or not reading:
             return PENDING
+        # The read waits (EAGAIN or a short receive): what is left of its own
+        # buffer, if the receive went there, is what it is sure to need.
+        if self._direct and not (self._partial and self._mode == _INTO):
+            self.wait_nbytes = requested - (received or 0)
         return self.search()  # a regex search put off by buffer_updated(n, True)
 
     def recv_plain(self, view: memoryview) -> int | None:
@@ -537,12 +537,10 @@ class StreamCore(ReadCore):
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
         except OSError:
+            # (a mark above 1 that failed left the socket at 1; a reset to 1
+            # that failed cannot be retried any better)
             self.lowat_ok = False
             nbytes = 1
-            try:
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-            except OSError:
-                pass
         self.rcvlowat = nbytes
 
     def unreported_nbytes(self) -> int:

@@ -248,7 +248,7 @@ class ReadIntoIOStream(IOStream):
         # does both (TLS: SSL_read and SSL_write through the ssl object).
         core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
         core.fd = sock.fileno() if core.own_socket_io else -1
-        core.lowat_ok = core.short_read_drains and core.sock is not None and lowat_applies(sock)
+        core.lowat_ok = core.short_read_drains and lowat_applies(core.sock)
         core.close = self.close
         core.fail = self._fail
         # set_nodelay applies to TCP sockets only (the family never changes).
