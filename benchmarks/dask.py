@@ -7,6 +7,8 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --full-size 256MiB --transfer-size 16MiB --tasks 2000 --repeat 2   # a quick look
     python -m benchmarks dask --workload busy-worker --repeat 7                 # a worker whose threads hold the GIL
     python -m benchmarks dask --workload busy-worker --pair tcp --switch-interval 5ms,1ms,500us
+    python -m benchmarks dask --workload transfer-cold --repeat 7       # fresh clusters, wall-clock GB/s
+    python -m benchmarks dask --workload transfer-cold --env TORNADO_READINTO_HOLD_GIL=0   # one heuristic off
 
 (``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
@@ -18,10 +20,19 @@ this process, as ``LocalCluster``'s always does, next to the client.  For
 each workload: its data is prepared on both clusters (untimed), one warm-up
 repetition runs on each, then the protocols alternate repetition by
 repetition (A B B A A B...), so that a drift of the machine hits both alike.
-The ``busy-worker`` workload starts a fresh cluster of one worker process
-with two threads for every repetition instead (same alternation), per task
-shape and switch interval: its threads run a busy task while the client
-times tasks, RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
+Two workloads start a fresh cluster for every repetition instead (same
+alternation; the start is not timed), after the shared clusters are closed:
+``transfer-cold`` (two worker processes of one thread, as above) makes
+``--cold-count`` arrays on worker a, then times by wall clock one reducing
+task per array on worker b until every result is back, with nothing
+released early, as a user's workload sees it (`run_fresh_workload`); and
+``busy-worker``, one worker process with two threads, per task shape and
+switch interval: its threads run a busy task while the client times tasks,
+RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
+``--env NAME=VALUE`` (repeatable) sets a variable in the environment the
+readinto side's worker processes start with, in every cluster of the run
+(`environ`); the scheduler and the client run in this process, which it
+leaves as it was.
 The table shows the median and the min-max spread of the repeats, and the
 ratio of readinto's median to its baseline's (>1: readinto is faster).
 
@@ -36,10 +47,12 @@ import argparse
 import contextlib
 import logging
 import math
+import os
+import re
 import sys
 import tempfile
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,6 +66,9 @@ from benchmarks.harness import plot as plots
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).
 PAIRS: dict[str, tuple[str, str]] = {"tcp": ("tcp", "readinto"), "tls": ("tls", "readinto-tls")}
+
+#: The readinto side's protocols: ``--env`` applies to their clusters only.
+READINTO_PROTOCOLS = tuple(readinto for _, readinto in PAIRS.values())
 
 GB = 1e9  # bytes: the GB/s column is decimal, like dask's own bandwidth figures
 
@@ -74,6 +90,7 @@ METRICS: dict[str, Metric] = {
     "tasks": Metric("tasks/s", True, h.format_rate),
     "chain": Metric("s per chain", False, h.format_seconds),
     "transfer": Metric("GB/s", True, h.format_number),
+    "transfer-cold": Metric("GB/s wall", True, h.format_number),
     "full": Metric("s", False, h.format_seconds),
     "rechunk": Metric("s", False, h.format_seconds),
     "shuffle": Metric("s", False, h.format_seconds),
@@ -88,17 +105,20 @@ def metric_of(row: str) -> Metric:
 
 #: ``--workload`` names -> their table rows.
 ROWS: dict[str, tuple[str, ...]] = {
-    **{name: (name,) for name in ("rpc", "tasks", "chain", "transfer", "full", "rechunk", "shuffle")},
+    **{name: (name,) for name in ("rpc", "tasks", "chain", "transfer", "transfer-cold", "full", "rechunk", "shuffle")},
     "busy-worker": busy.BUSY_ROWS,  # each suffixed with its variant: busy-worker-rpc[arith]
 }
 WORKLOADS = tuple(ROWS)
 
-#: Workloads that start a fresh cluster for every repetition (the others
-#: share one cluster per protocol).
-FRESH_CLUSTER_WORKLOADS = ("busy-worker",)
+#: Workloads that start a fresh cluster for every repetition, after the
+#: shared clusters are closed (the others share one cluster per protocol).
+FRESH_CLUSTER_WORKLOADS = ("transfer-cold", "busy-worker")
 
 #: The workloads each pair runs (the TLS pair: the RPC, transfer and busy-worker cases).
-PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {"tcp": WORKLOADS, "tls": ("rpc", "transfer", "busy-worker")}
+PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {
+    "tcp": WORKLOADS,
+    "tls": ("rpc", "transfer", "transfer-cold", "busy-worker"),
+}
 
 #: The busy-worker cluster: one worker process, both of its threads busy.
 BUSY_WORKER_THREADS = busy.BUSY_WORKER_THREADS
@@ -183,6 +203,11 @@ def nunique_keys(df: Any) -> int:
     return int(df["key"].nunique())
 
 
+def environ_of(names: Sequence[str]) -> dict[str, str | None]:
+    """The values of ``names`` in this process's environment (None: unset)."""
+    return {name: os.environ.get(name) for name in names}
+
+
 # -- workloads ------------------------------------------------------------------------------------
 
 
@@ -195,6 +220,8 @@ class Side:
     client: Any
     workers: list[str]
     state: dict[str, Any] = field(default_factory=dict)
+    #: What every worker process saw of the ``--env`` names at start (None: unset).
+    worker_env: dict[str, str | None] = field(default_factory=dict)
 
 
 def _task_count(client: Any) -> int:
@@ -269,18 +296,30 @@ def rep_chain(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     return {"value": elapsed, "hops_per_s": n / elapsed, "count": n}
 
 
-def prepare_transfer(side: Side, args: argparse.Namespace, rep: int) -> None:
+def prepare_transfer(side: Side, args: argparse.Namespace, rep: int, count: int | None = None) -> None:
+    """``count`` (``--transfer-count``) arrays made and kept on worker a, filled with ``first``, ``first + 1``..."""
     from distributed import wait
 
-    source = side.workers[0]
+    source, count = side.workers[0], args.transfer_count if count is None else count
     arrays = [
-        side.client.submit(make_array, rep * args.transfer_count + i, args.transfer_size, workers=[source],
+        side.client.submit(make_array, rep * count + i, args.transfer_size, workers=[source],
                            allow_other_workers=False, pure=False)
-        for i in range(args.transfer_count)
+        for i in range(count)
     ]  # fmt: skip
     wait(arrays, timeout=args.timeout)
     side.state["arrays"] = arrays
-    side.state["first"] = rep * args.transfer_count
+    side.state["first"] = rep * count
+
+
+def prepare_transfer_cold(side: Side, args: argparse.Namespace, rep: int) -> None:
+    prepare_transfer(side, args, rep, args.cold_count)
+
+
+def _check_checksums(values: Sequence[tuple[tuple[int, ...], float]], first: int, nbytes: int) -> None:
+    """Each `checksum` of the arrays `prepare_transfer` made: their shape and sum."""
+    n = nbytes // 8
+    for i, (shape, total) in enumerate(values):
+        check(shape == (n,) and total == float(first + i) * n, f"array {i}: shape {shape}, sum {total}")
 
 
 def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
@@ -293,9 +332,7 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
     values = client.gather(sums)
     elapsed = time.perf_counter() - started
-    n = args.transfer_size // 8
-    for i, (shape, total) in enumerate(values):
-        check(shape == (n,) and total == float(first + i) * n, f"array {i}: shape {shape}, sum {total}")
+    _check_checksums(values, first, args.transfer_size)
     log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log), workers=[sink])[sink]
     mine = [e for e in log if e["who"] == source and keys & {str(k) for k in e["keys"]}]
     received = sum(e["keys"][k] for e in mine for k in e["keys"] if str(k) in keys)
@@ -308,6 +345,24 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "transfers": len(mine),
     }
+
+
+def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
+    """On a fresh cluster: one consuming task per array made on worker a,
+    all submitted at once to worker b, timed by wall clock until every
+    result is gathered.  The client holds the arrays until the clock stops,
+    so each one b receives stays in its memory until its task finishes, as a
+    real workload's inputs do."""
+    client, sink = side.client, side.workers[1]
+    arrays, first = side.state.pop("arrays"), side.state.pop("first")
+    started = time.perf_counter()
+    sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
+    values = client.gather(sums)
+    elapsed = time.perf_counter() - started
+    _check_checksums(values, first, args.transfer_size)
+    nbytes = len(values) * args.transfer_size
+    return {"value": nbytes / elapsed / GB, "elapsed_s": elapsed, "nbytes": nbytes, "count": len(values),
+            "worker_env": side.worker_env}  # fmt: skip
 
 
 def _square(nbytes: int, chunk_nbytes: int) -> tuple[int, int]:
@@ -416,19 +471,23 @@ REPS: dict[str, Callable[[Side, argparse.Namespace], dict[str, Any]]] = {
     "tasks": rep_tasks,
     "chain": rep_chain,
     "transfer": rep_transfer,
+    "transfer-cold": rep_transfer_cold,
     "full": rep_full,
     "rechunk": rep_rechunk,
     "shuffle": rep_shuffle,
 }
 
 #: Untimed set-up: once per workload and side (``rep=-1``), or before every
-#: repetition for the transfer (fresh arrays each time, numbered by ``rep``).
+#: repetition for the transfers (fresh arrays each time, numbered by ``rep``).
 PREPARE: dict[str, Callable[[Side, argparse.Namespace, int], None]] = {
     "full": prepare_full,
     "rechunk": prepare_rechunk,
     "shuffle": prepare_shuffle,
 }
-PREPARE_EACH_REP: dict[str, Callable[[Side, argparse.Namespace, int], None]] = {"transfer": prepare_transfer}
+PREPARE_EACH_REP: dict[str, Callable[[Side, argparse.Namespace, int], None]] = {
+    "transfer": prepare_transfer,
+    "transfer-cold": prepare_transfer_cold,
+}
 
 
 # -- clusters -------------------------------------------------------------------------------------
@@ -453,6 +512,37 @@ def make_security(directory: str) -> Any:
     )
 
 
+def parse_env(text: str) -> tuple[str, str]:
+    """``--env NAME=VALUE`` -> (NAME, VALUE); the value may be empty or hold ``=``."""
+    name, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text!r}")
+    return name, value
+
+
+def side_env(protocol: str, args: argparse.Namespace) -> dict[str, str]:
+    """``--env`` for a readinto-side cluster, nothing for a baseline's (nor
+    for arguments without ``--env``, such as `benchmarks.dask_profile`'s)."""
+    return dict(getattr(args, "env", None) or {}) if protocol in READINTO_PROTOCOLS else {}
+
+
+@contextlib.contextmanager
+def environ(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` set, as it was again on exit: the
+    processes spawned meanwhile (a ``LocalCluster``'s workers, spawned while
+    it starts) keep it."""
+    saved = environ_of(list(env))
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @contextlib.contextmanager
 def open_side(
     protocol: str,
@@ -465,22 +555,29 @@ def open_side(
     from distributed import Client, LocalCluster
 
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
-    with LocalCluster(
-        protocol=f"{protocol}://",
-        n_workers=n_workers,
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",  # None would mean the default port 8787
-        worker_dashboard_address=None,
-        **kwargs,
-        **cluster_kwargs,
-    ) as cluster, Client(cluster, timeout="60s", **kwargs) as client:  # fmt: skip
+    env = side_env(protocol, args)
+    with environ(env):  # LocalCluster starts (and spawns its workers) in __init__
+        cluster = LocalCluster(
+            protocol=f"{protocol}://",
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",  # None would mean the default port 8787
+            worker_dashboard_address=None,
+            **kwargs,
+            **cluster_kwargs,
+        )
+    with cluster, Client(cluster, timeout="60s", **kwargs) as client:
         client.wait_for_workers(n_workers, timeout=120)
         workers = sorted(client.scheduler_info()["workers"])
         check(all(w.startswith(f"{protocol}://") for w in workers), f"workers not on {protocol}://: {workers}")
         check(client.scheduler.address.startswith(f"{protocol}://"), f"scheduler at {client.scheduler.address}")
-        yield Side(protocol, cluster, client, workers)
+        names = sorted(getattr(args, "env", None) or {})  # both sides say what their workers see
+        seen = list(client.run(environ_of, names).values()) if names else [{}]
+        check(all(s == seen[0] for s in seen), f"the workers disagree on {names}: {seen}")
+        check(all(seen[0][name] == value for name, value in env.items()), f"--env {env} not in the workers: {seen[0]}")
+        yield Side(protocol, cluster, client, workers, worker_env=seen[0])
 
 
 def run_alternating(
@@ -518,29 +615,43 @@ def run_alternating(
         progress(f"[{n}/{len(plan)}] {name:<8} {protocols[i]:<12} {label:<10} {figures} ({elapsed:.1f}s)")
 
 
-def run_workload(
-    workload: str, sides: Sequence[Side], baseline: str, args: argparse.Namespace, progress: Callable[[str], None]
-) -> list[DaskResult]:
-    results = [DaskResult(workload, side.protocol, baseline) for side in sides]
-    rep_fn, metric = REPS[workload], METRICS[workload]
-    failed: set[int] = set()
+def measure(workload: str, side: Side, args: argparse.Namespace, repetition: int) -> dict[str, Any]:
+    """One repetition of ``workload`` on ``side``: its untimed set-up, if it
+    has one per repetition, then its rep function (`REPS`)."""
+    if workload in PREPARE_EACH_REP:
+        PREPARE_EACH_REP[workload](side, args, repetition + args.warmup)
+    return REPS[workload](side, args)
 
-    def fail(i: int, why: str) -> None:
-        failed.add(i)
-        results[i].error = why
 
-    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
-        side = sides[i]
-        if workload in PREPARE_EACH_REP:
-            PREPARE_EACH_REP[workload](side, args, repetition + args.warmup)
-        measured = rep_fn(side, args)
-        _settle(side.client, side.state.get("keep", 0))
-        return measured
+def keep_in(
+    results: Sequence[DaskResult],
+) -> tuple[Callable[[int, int, dict[str, Any]], str], Callable[[int, str], None]]:
+    """`run_alternating`'s ``record`` and ``fail`` for a workload of one row
+    per protocol: the timed repeats and the error go to ``results[i]``."""
 
     def record(i: int, repetition: int, measured: dict[str, Any]) -> str:
         if repetition >= 0:
             results[i].repeats.append(measured)
-        return f"{metric.fmt(measured['value'])} {metric.label}"
+        return f"{results[i].metric.fmt(measured['value'])} {results[i].metric.label}"
+
+    def fail(i: int, why: str) -> None:
+        results[i].error = why
+
+    return record, fail
+
+
+def run_workload(
+    workload: str, sides: Sequence[Side], baseline: str, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[DaskResult]:
+    """``workload`` on the shared clusters ``sides``."""
+    results = [DaskResult(workload, side.protocol, baseline) for side in sides]
+    record, fail = keep_in(results)
+    failed: set[int] = set()
+
+    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        measured = measure(workload, sides[i], args, repetition)
+        _settle(sides[i].client, sides[i].state.get("keep", 0))
+        return measured
 
     try:
         for i, side in enumerate(sides):
@@ -549,6 +660,7 @@ def run_workload(
                     PREPARE[workload](side, args, -1)
                     side.state["keep"] = _steady_task_count(side.client)
                 except Exception as exc:  # noqa: BLE001 - recorded, fails the run
+                    failed.add(i)
                     fail(i, f"preparing: {type(exc).__name__}: {exc}")
                     progress(f"{workload} {side.protocol}: FAILED {results[i].error}")
         protocols = [side.protocol for side in sides]
@@ -561,11 +673,27 @@ def run_workload(
     return results
 
 
+def run_fresh_workload(
+    workload: str, protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[DaskResult]:
+    """``workload`` on a fresh cluster of `open_side`'s shape for every
+    repetition, warm-ups included; starting and closing it is not timed."""
+    results = [DaskResult(workload, p, protocols[0]) for p in protocols]
+
+    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        with open_side(protocols[i], security, args) as side:
+            return measure(workload, side, args, repetition)
+
+    run_alternating(workload, protocols, args, rep, *keep_in(results), progress)
+    return results
+
+
 # -- the suite ------------------------------------------------------------------------------------
 
 
 def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
-    """Every pair's workloads: the shared clusters first, then busy-worker's fresh ones."""
+    """Every pair's workloads: the shared clusters first, then the fresh ones of each
+    `FRESH_CLUSTER_WORKLOADS` workload."""
     import dask
 
     results: list[DaskResult] = []
@@ -602,8 +730,11 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
                     progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
                     for workload in shared:
                         results += run_workload(workload, (a, b), baseline, args, progress)
-            if "busy-worker" in runnable:  # after the shared clusters are gone
-                results += busy.run_busy_worker((baseline, readinto), security, args, progress)
+            for workload in (w for w in runnable if w in FRESH_CLUSTER_WORKLOADS):  # the shared ones are gone
+                if workload == "busy-worker":
+                    results += busy.run_busy_worker((baseline, readinto), security, args, progress)
+                else:
+                    results += run_fresh_workload(workload, (baseline, readinto), security, args, progress)
     return results
 
 
@@ -646,7 +777,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "--workload",
             type=h.csv(h.choice("workload", WORKLOADS)),
             default=list(WORKLOADS),
-            help=f"comma list (default: all: {','.join(WORKLOADS)}; the tls pair runs rpc,transfer,busy-worker)",
+            help=f"comma list (default: all: {','.join(WORKLOADS)};"
+            f" the tls pair runs {','.join(PAIR_WORKLOADS['tls'])})",
         )
         p.add_argument(
             "--pair",
@@ -667,6 +799,12 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             help="bytes per transferred array (default: 64MiB)",
         )
         p.add_argument("--transfer-count", type=h.positive_int, default=8, help="arrays per repeat (default: 8)")
+        p.add_argument(
+            "--cold-count",
+            type=h.positive_int,
+            default=16,
+            help="transfer-cold: arrays of --transfer-size per repeat, on a fresh cluster (default: 16)",
+        )
         p.add_argument(
             "--full-size",
             type=h.parse_size,
@@ -710,6 +848,15 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             metavar="DURATION",
             help="distributed.comm.readinto.busy-poll for the readinto side, e.g. 0 or 100us (default: the package's)",
         )
+        p.add_argument(
+            "--env",
+            type=parse_env,
+            action="append",
+            metavar="NAME=VALUE",
+            help="set NAME in the environment the readinto side's worker processes start with, in every cluster;"
+            " repeatable; e.g. TORNADO_READINTO_HOLD_GIL=0 or TORNADO_READINTO_NO_EXTENSIONS=1 (the scheduler and"
+            " the client share this process, which keeps its own)",
+        )
         p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
@@ -717,6 +864,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             p.error("--warmup must be >= 0")
         if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
             p.error("sizes too small")
+        args.env = dict(args.env or ())
 
     def run_cases(self, args: argparse.Namespace) -> list[DaskResult]:
         # P2P logs every shuffle's start and end at WARNING from the scheduler (in
@@ -759,11 +907,13 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "warmup": args.warmup,
             "event_loop": args.event_loop,
             "busy_poll": args.busy_poll,
+            "env": args.env,  # --env: set in the readinto side's worker processes only
             "sizes": {
                 "rpc": args.rpc,
                 "tasks": args.tasks,
                 "chain": args.chain,
                 "transfer": f"{args.transfer_count} x {h.format_size(args.transfer_size)}",
+                "transfer_cold": f"{args.cold_count} x {h.format_size(args.transfer_size)}",
                 "full": h.format_size(args.full_size),
                 "full_chunk": h.format_size(args.full_chunk),
                 "rechunk": h.format_size(args.rechunk_size),
@@ -777,6 +927,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "switch_intervals": args.switch_interval,
             "busy_count": args.busy_count,
             "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
+            "transfer_cold": {"n_workers": 2, "threads_per_worker": 1, "fresh_cluster": True},
         }
 
     def plot(self, results: Sequence[DaskResult], path: str) -> None:

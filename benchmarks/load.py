@@ -2,6 +2,8 @@
 
     python -m benchmarks load                        # 64 connections, 1 KiB, all servers, both loops
     python -m benchmarks load --full --json load.json --plot load.png
+    python -m benchmarks load --offered              # below saturation: 1000 msgs/s offered in all
+    python -m benchmarks load --server readinto,asyncio-protocol --offered 500,2000
     python -m benchmarks load --server readinto,asyncio-streams --rate 200
     python -m benchmarks load --gil-thread --clients 8,64  # a GIL-holding thread in each server
     python -m benchmarks load --tls both             # each case over plain TCP, then over TLS
@@ -9,12 +11,22 @@
     python -m benchmarks load --list
 
 (``python -m benchmarks.load`` runs the same.)  Each case (server x event
-loop x connections x message size x rate) runs one fresh server process
-(``python -m benchmarks.impls server --loop LOOP``) and one fresh, cheap
-client process (``python -m benchmarks.impls load-client``): an
+loop x connections x message size x offered load) runs one fresh server
+process (``python -m benchmarks.impls server --loop LOOP``) and one fresh,
+cheap client process (``python -m benchmarks.impls load-client``): an
 asyncio/uvloop ``BufferedProtocol`` per connection, no coroutine per
-message, each connection ping-ponging one message as fast as it can (or
-``--rate`` per second).  At every window boundary the client reads the
+message, each connection ping-ponging one message.  By default as fast as
+it can: the server saturates (about 100% CPU) and messages queue up, so one
+wake-up of its loop serves several.  ``--offered TOTAL`` runs below
+saturation instead, as RPC users mostly do: the connections together offer
+TOTAL messages/s (each ``TOTAL / connections``, on a fixed timetable with
+the connections' sends spread over the period, see
+``benchmarks.impls._loadclient``), the same for every server and below
+every server's capacity, so that each message pays its own wake-up of the
+server; the table's ``offered`` column says which mode ran (``max``: as
+fast as possible), and a server whose msgs/s falls short of it could not
+keep up (the progress line says so).  ``--rate`` offers the same per
+connection instead.  At every window boundary the client reads the
 server's CPU time and that of the server's event-loop thread (see
 ``benchmarks.harness.cpu``), and its own; the main metric is the loop
 thread's CPU microseconds per echoed message.  ``--gil-thread`` runs,
@@ -150,6 +162,15 @@ GIL_THREAD_CLIENTS = (8, 64)
 CONDITION_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 FULL_CLIENTS = (1, 16, 64, 256)
 DEFAULT_MSIZE = "1KiB"
+#: ``--offered`` alone: messages/s offered by all connections together, below
+#: saturation.  About a seventh of the slowest default server's capacity at
+#: 64 connections on the 2-core development machine (comm over TLS: 7.4k
+#: msgs/s), and at most one message per millisecond, the load client's timer
+#: resolution on uvloop (see ``benchmarks.impls._loadclient``).
+DEFAULT_OFFERED = 1000.0  # messages/s
+#: A paced case whose msgs/s is below this fraction of the offered load did
+#: not run below saturation: the server (or the machine) could not keep up.
+KEPT_UP_FRACTION = 0.9
 
 
 def uvloop_version() -> str | None:
@@ -225,6 +246,20 @@ def format_rate_limit(rate: float) -> str:
     return "max" if not rate else f"{h.format_rate(rate)}/s"
 
 
+def offered_msgs_per_s(r: LoadResult | LoadCase) -> float:
+    """Messages/s offered by all connections together; 0: as fast as possible."""
+    return r.rate * r.clients
+
+
+def kept_up(r: LoadResult) -> bool | None:
+    """Whether a paced case ran below saturation (its msgs/s near the
+    offered load); None when not paced or not measured."""
+    achieved = r.median("msgs_per_s")
+    if not r.rate or achieved is None:
+        return None
+    return achieved >= KEPT_UP_FRACTION * offered_msgs_per_s(r)
+
+
 def _ratios() -> tuple[h.Ratio[LoadResult], ...]:
     cpu = tuple(
         h.Ratio(f"x {b}", f"x_{b}", lambda results, r, b=b: h.one(ratio(results, r, b)))  # type: ignore[misc]
@@ -252,7 +287,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         h.key_field("tls", lambda r: "yes" if r.tls else "no"),
         h.key_field("clients", lambda r: str(r.clients)),
         h.key_field("msize", lambda r: h.format_size(r.msize)),
-        h.key_field("rate", lambda r: format_rate_limit(r.rate)),
+        h.key_field("offered", lambda r: format_rate_limit(offered_msgs_per_s(r))),
         h.metric("msgs/s", "msgs_per_s", h.format_rate),
         h.metric("loop us/msg", "loop_cpu_us_per_msg", h.format_number),
         h.metric("srv us/msg", "server_cpu_us_per_msg", h.format_number),
@@ -277,8 +312,20 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             help="comma list of connection counts (default: 64; with --gil-thread: 8,64)",
         )
         p.add_argument("--msize", type=h.csv(h.parse_size), help=f"payload per message (default: {DEFAULT_MSIZE})")
-        p.add_argument(
-            "--rate", type=h.csv(h.non_negative), help="messages/s per connection; 0 = as fast as possible (default: 0)"
+        offered_or_rate = p.add_mutually_exclusive_group()
+        offered_or_rate.add_argument(
+            "--offered",
+            type=h.csv(h.positive),
+            nargs="?",
+            const=[DEFAULT_OFFERED],
+            help="below saturation: comma list of messages/s offered by all connections together, each "
+            f"connection sending on a fixed timetable (the flag alone: {DEFAULT_OFFERED:g}); the same load for "
+            "every server, so that each message pays its own wake-up (default: as fast as possible)",
+        )
+        offered_or_rate.add_argument(
+            "--rate",
+            type=h.csv(h.non_negative),
+            help="messages/s per connection on a fixed timetable; 0 = as fast as possible (default: 0)",
         )
         p.add_argument("--duration", type=h.positive, default=2.0, help="seconds per repeat (default: 2)")
         p.add_argument("--warmup", type=h.non_negative, default=0.5, help="seconds of warm-up per case (default: 0.5)")
@@ -316,6 +363,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         gil_thread_default = GIL_THREAD_CLIENTS if args.gil_thread != "off" else DEFAULT_CLIENTS
         args.clients = args.clients or list(FULL_CLIENTS if args.full else gil_thread_default)
         args.msize = args.msize or [h.parse_size(DEFAULT_MSIZE)]
+        args.offered = args.offered or []
         args.rate = args.rate or [0.0]
         if args.count_syscalls:
             reason = syscounts.unavailable()
@@ -326,11 +374,13 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 p.error(f"--msize {h.format_size(msize)}: need at least 8 bytes for the sequence stamp")
 
     def cases(self, args: argparse.Namespace) -> list[LoadCase]:
-        """Servers innermost, so the ones compared (same loop, same case) run back to back."""
+        """Servers innermost, so the ones compared (same loop, same case) run
+        back to back.  ``--offered`` becomes each connection's rate."""
+        loads = [(total, True) for total in args.offered] or [(rate, False) for rate in args.rate]
         return [
-            LoadCase(server, loop, clients, msize, rate, gil_thread, tls)
+            LoadCase(server, loop, clients, msize, value / clients if total else value, gil_thread, tls)
             for msize in args.msize
-            for rate in args.rate
+            for value, total in loads
             for clients in args.clients
             for gil_thread in CONDITION_MODES[args.gil_thread]
             for tls in CONDITION_MODES[args.tls]
@@ -361,7 +411,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 argv = [
                     "load-client", *common, "--port", str(started["port"]), "--server-pid", str(server_pid),
                     "--server-tid", str(started["loop_tid"]),
-                    "--msize", str(case.msize), "--wire", wire, "--rate", f"{case.rate:g}",
+                    "--msize", str(case.msize), "--wire", wire, "--rate", repr(case.rate),
                     "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
                     *tls_client,
                 ]  # fmt: skip
@@ -398,17 +448,20 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "GIL thread: that thread's CPU included); cli us/msg: the load client's; msgs/s: all connections\n"
             "together; p99: round trip; srv CPU: server CPU time per wall-clock second (100% = one core busy);\n"
             "gil-thread: yes = a thread holding the GIL ran beside the server's loop; tls: yes = server and\n"
-            "client spoke TLS; rate: offered messages/s per connection (max: next message as soon as the\n"
-            "echo is back); x asyncio-streams / x stock: loop us/msg relative to that server on the same loop\n"
-            "in the same case of this run, GIL thread and TLS included (lower is cheaper); msgs/s x stock:\n"
-            "msgs/s relative to stock's (higher is faster); sysc/msg: the server's system calls per echoed\n"
-            "message over the whole run (--count-syscalls; by name on the progress line and in the JSON)."
+            "client spoke TLS; offered: messages/s offered by all connections together, each on a fixed\n"
+            "timetable (max: next message as soon as the echo is back, the server saturated); below\n"
+            "saturation each message pays its own wake-up, and msgs/s well below offered means the server\n"
+            "could not keep up; x asyncio-streams / x stock: loop us/msg relative to that server on the\n"
+            "same loop in the same case of this run, GIL thread and TLS included (lower is cheaper);\n"
+            "msgs/s x stock: msgs/s relative to stock's (higher is faster); sysc/msg: the server's system\n"
+            "calls per echoed message over the whole run (--count-syscalls; by name on the progress line and\n"
+            "in the JSON)."
         )
 
     def label(self, r: LoadResult) -> str:
         name = f"{r.server} on {r.loop}, {r.clients} clients, {h.format_size(r.msize)}"
         if r.rate:
-            name += f", rate {format_rate_limit(r.rate)}"
+            name += f", offered {format_rate_limit(offered_msgs_per_s(r))}"
         return name + (", GIL thread" if r.gil_thread else "") + (", TLS" if r.tls else "")
 
     def brief(self, r: LoadResult) -> str:
@@ -419,6 +472,11 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             f"({h.format_pct(r.median('server_cpu_pct'))} CPU), "
             f"client {h.format_number(r.median('client_cpu_us_per_msg'))} us/msg"
             + (f", {syscounts.brief(r.extra['syscalls']['per_msg'])}" if r.extra.get("syscalls") else "")
+            + (
+                f"; BELOW the offered {format_rate_limit(offered_msgs_per_s(r))}: it did not keep up (saturated)"
+                if kept_up(r) is False
+                else ""
+            )
         )
 
     def group(self, r: LoadResult) -> Hashable:
@@ -432,7 +490,13 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
 
     def describe(self, r: LoadResult) -> dict[str, Any]:
         impl, wire = _all_servers().get(r.server, (None, None))
-        return {"impl": impl, "wire": wire, "msize_text": h.format_size(r.msize)}
+        return {
+            "impl": impl,
+            "wire": wire,
+            "msize_text": h.format_size(r.msize),
+            "offered_msgs_per_s": offered_msgs_per_s(r),
+            "kept_up": kept_up(r),
+        }
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         try:
@@ -496,7 +560,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                               for r in ok if r.group == group and r.server == server and r.loop == loop]  # fmt: skip
                     plots.bars(ax, placed, metric, width, color=colours(i), label=loop)
                 gil_thread, tls, clients, msize, rate = group
-                title = f"{clients} connections, {h.format_size(msize)}, rate {format_rate_limit(rate)}"
+                title = f"{clients} connections, {h.format_size(msize)}, offered {format_rate_limit(rate * clients)}"
                 ax.set_title(title + (", GIL thread" if gil_thread else "") + (", TLS" if tls else ""))
                 ax.set_ylabel(label)
                 ax.set_xticks(range(len(servers)))

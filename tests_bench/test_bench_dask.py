@@ -285,3 +285,43 @@ def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
     for r in rows:
         assert r["status"] == "ok", r
         assert len(r["repeats"]) == 1 and r["value"]["median"] > 0
+
+
+def test_bench_dask_parse_env() -> None:
+    """--env NAME=VALUE, repeatable, collected into a dict (empty without it);
+    the value may be empty or hold '='; a name must be one."""
+    assert SUITE.parse_args([]).env == {}
+    args = SUITE.parse_args(["--env", "TORNADO_READINTO_HOLD_GIL=0", "--env", "A_1=x=y", "--env", "EMPTY="])
+    assert args.env == {"TORNADO_READINTO_HOLD_GIL": "0", "A_1": "x=y", "EMPTY": ""}
+    for bad in ("NOVALUE", "=1", "1A=2", "A B=1"):
+        with pytest.raises(SystemExit):
+            SUITE.parse_args(["--env", bad])
+    assert bench.side_env("readinto-tls", args) == args.env and bench.side_env("tls", args) == {}
+
+
+def test_bench_dask_transfer_cold_tiny_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transfer-cold on a fresh tcp:// and readinto:// cluster per
+    repetition: both rows pass their own checks (every shape and sum) with a
+    positive wall-clock GB/s; --env reaches the readinto side's worker
+    processes only, and this process's environment is as it was."""
+    import os
+
+    monkeypatch.delenv("BENCH_DASK_PROBE", raising=False)
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "transfer-cold", "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--transfer-size",
+            "1MiB", "--cold-count", "2", "--env", "BENCH_DASK_PROBE=on", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    assert "BENCH_DASK_PROBE" not in os.environ
+    data = json.loads(path.read_text())
+    assert data["meta"]["env"] == {"BENCH_DASK_PROBE": "on"}
+    assert data["meta"]["transfer_cold"] == {"n_workers": 2, "threads_per_worker": 1, "fresh_cluster": True}
+    rows = data["results"]
+    assert [(r["workload"], r["protocol"]) for r in rows] == [("transfer-cold", "tcp"), ("transfer-cold", "readinto")]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["metric"] == "GB/s wall" and r["higher_is_better"] is True and r["value"]["median"] > 0
+        (repeat,) = r["repeats"]
+        assert repeat["count"] == 2 and repeat["nbytes"] == 2 << 20 and repeat["elapsed_s"] > 0
+    assert rows[0]["repeats"][0]["worker_env"] == {"BENCH_DASK_PROBE": None}
+    assert rows[1]["repeats"][0]["worker_env"] == {"BENCH_DASK_PROBE": "on"}
+    assert rows[1]["x_baseline"] > 0

@@ -295,11 +295,102 @@ def test_parse_args_lists_and_plan() -> None:
     "argv",
     [["--server", "nope"], ["--loop", "trio"], ["--clients", "0"], ["--msize", "4"], ["--rate", "-1"],
      ["--duration", "0"], ["--warmup", "-1"], ["--client-loop", "threads"], ["--gil-thread", "maybe"],
-     ["--tls", "maybe"]],
+     ["--tls", "maybe"], ["--offered", "0"], ["--offered", "100", "--rate", "10"]],
 )  # fmt: skip
 def test_parse_args_rejects(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         SUITE.parse_args(argv)
+
+
+def test_parse_args_offered_splits_the_total_over_the_connections() -> None:
+    """--offered: the same total for every server and connection count, each
+    connection offering its share; the flag alone offers the default."""
+    assert SUITE.parse_args(["--offered"]).offered == [load.DEFAULT_OFFERED]
+    args = SUITE.parse_args(["--server", "readinto,asyncio-protocol", "--loop", "asyncio", "--clients", "4,64",
+                             "--offered", "1000,2000"])  # fmt: skip
+    cases = SUITE.cases(args)
+    assert [(c.server, c.clients, c.rate) for c in cases[:4]] == [
+        ("readinto", 4, 250.0),
+        ("asyncio-protocol", 4, 250.0),
+        ("readinto", 64, 15.625),
+        ("asyncio-protocol", 64, 15.625),
+    ]
+    assert [load.offered_msgs_per_s(c) for c in cases] == [1000.0] * 4 + [2000.0] * 4
+    assert {c.rate for c in SUITE.cases(SUITE.parse_args(["--clients", "4"]))} == {0.0}  # as fast as possible
+
+
+def test_table_names_the_offered_load_and_flags_a_server_that_did_not_keep_up() -> None:
+    paced = [
+        make_result(server, "asyncio", us, rate=1000 / 64) for server, us in (("readinto", [80, 90]), ("stock", [150]))
+    ]
+    for r, msgs_per_s in zip(paced, (998.0, 700.0)):
+        for repeat in r.repeats:
+            repeat["msgs_per_s"] = msgs_per_s
+    saturated = make_result("readinto", "asyncio", [30])
+    lines = SUITE.format_table([*paced, saturated]).splitlines()
+    header = next(line for line in lines if line.startswith("server"))
+    assert header.split()[6] == "offered"
+    rows = [line.split() for line in lines if line.startswith(("readinto ", "stock "))]
+    assert [row[6] for row in rows] == ["1k/s", "1k/s", "max"]
+    assert [load.kept_up(r) for r in (*paced, saturated)] == [True, False, None]
+    assert "BELOW" not in SUITE.brief(paced[0]) and "BELOW the offered 1k/s" in SUITE.brief(paced[1])
+    entry = SUITE.to_json(paced)["results"][0]
+    assert entry["offered_msgs_per_s"] == pytest.approx(1000) and entry["kept_up"] is True
+    assert SUITE.label(paced[0]).endswith("offered 1k/s")
+
+
+class FakeLoop:
+    """The clock and timers a paced `_LoadConn` uses, by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.timers: list[tuple[float, Any]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Any) -> None:
+        self.timers.append((when, callback))
+
+
+class FixedJitter:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_load_conn_paced_keeps_its_timetable() -> None:
+    """Paced, a connection sends in its own slot of each period whatever the
+    server's speed: early echoes wait for the slot, a late one sends at once,
+    one more than a period late skips the missed slots (no burst) and keeps
+    the connection's phase."""
+
+    async def main() -> None:
+        bench = _Bench(LoadPlan(4, 64, "framed", 10.0, 0.0, 1.0, 1, 0))  # period 0.1 s, slots of 0.025 s
+        conn = _LoadConn(bench, 1, framed_template(make_payload(64, seed=0)))
+        transport = FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        fake = FakeLoop(100.0)
+        bench.loop = fake  # type: ignore[assignment]
+        conn.jitter = FixedJitter(0.5)  # type: ignore[assignment]
+        conn.pace(100.025)  # the second of four slots
+        assert [when for when, _ in fake.timers] == [pytest.approx(100.0375)] and not transport.written
+        fake.timers.pop()[1]()
+        fake.now = 100.04
+        _feed(conn, transport.written[-1])  # an early echo: wait for the next slot
+        assert [when for when, _ in fake.timers] == [pytest.approx(100.1375)] and len(transport.written) == 1
+        fake.timers.pop()[1]()
+        fake.now = 100.25
+        _feed(conn, transport.written[-1])  # after its slot's send time (100.2375): at once
+        assert not fake.timers and len(transport.written) == 3
+        fake.now = 100.56
+        _feed(conn, transport.written[-1])  # over a period late: the slots of 100.325 and 100.425 skipped
+        assert conn.slot == pytest.approx(100.525) and not fake.timers and len(transport.written) == 4
+        assert bench.error is None and bench.nechoes == 3
+
+    asyncio.run(main())
 
 
 def test_every_load_server_maps_to_an_event_loop_impl() -> None:
@@ -661,6 +752,33 @@ def test_load_smoke_uvloop_and_comm(tmp_path: Path, capsys: pytest.CaptureFixtur
     ]
     _check_entries(entries, 4)
     capsys.readouterr()
+
+
+def test_load_below_saturation_offers_every_server_the_same_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--offered: each server gets the offered load (msgs/s near it: the
+    client offered what it said; not a speed assertion) and reports its loop
+    thread's CPU per message, in one table with the mode named."""
+    out = tmp_path / "load.json"
+    argv = ["--server", "readinto,asyncio-protocol", "--loop", "asyncio", "--client-loop", "asyncio",
+            "--clients", "4", "--offered", "400", "--duration", "1", "--repeat", "1", "--warmup", "0.2"]  # fmt: skip
+    assert SUITE.main([*argv, "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "FAILED" not in captured.out and "offered 400/s" in captured.err
+    header = next(line for line in captured.out.splitlines() if line.startswith("server"))
+    assert "offered" in header.split() and "loop us/msg" in header and "msgs/s" in header
+    rows = [line.split() for line in captured.out.splitlines() if line.startswith(("readinto ", "asyncio-protocol "))]
+    assert [row[6] for row in rows] == ["400/s", "400/s"]
+    entries = json.loads(out.read_text())["results"]
+    assert [e["server"] for e in entries] == ["readinto", "asyncio-protocol"]
+    for e in entries:
+        assert e["status"] == "ok", e["error"]
+        assert e["rate"] == 100.0 and e["offered_msgs_per_s"] == 400.0
+        assert 0.5 * 400 <= e["msgs_per_s"]["median"] <= 1.1 * 400
+        assert e["verified_messages"] == e["messages_sent"] == e["messages_echoed_by_server"]
+        if os.path.exists("/proc/self/task"):
+            assert e["loop_cpu_us_per_msg"]["median"] > 0
 
 
 def test_load_pure_build_servers_run_the_pure_build_beside_the_compiled_one(

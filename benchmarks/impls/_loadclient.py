@@ -4,9 +4,20 @@ Future per message), so that the client costs little next to the server it
 measures.
 
 Every connection ping-pongs one message: it sends the next one from the
-callback that completes the echo of the previous one (or ``1/rate`` seconds
-later).  A message is the same bytes every time except for its sequence
-stamp, so the echo must be byte-identical to what was sent:
+callback that completes the echo of the previous one, or, paced (``rate``
+messages/s per connection), in its next slot of a fixed timetable: one slot
+per period ``1/rate``, the connections' slots spread evenly over the period
+(connection ``i`` of ``n`` owns ``[i/n, (i+1)/n)`` of it) and each message
+sent at a random point of its slot, so that the connections never fire in
+lockstep and the server sees one message at a time, as RPC traffic below
+saturation does.  The timetable does not depend on how fast the server
+answers, so every server gets the same offered load; an echo back after its
+next slot starts sends at once (catching up), and one over a whole period
+late skips the slots it missed instead of sending a burst.  (Timers fire on
+the loop's clock, to the millisecond on uvloop: offered loads up to about
+1000 messages/s all together keep one message per tick.)  A message is the
+same bytes every time except for its sequence stamp, so the echo must be
+byte-identical to what was sent:
 
 ``framed`` wire
     ``nframes=1:u64le, nbytes:u64le, payload``; the stamp is the payload's
@@ -35,6 +46,7 @@ leaves out) and its own, all with ``benchmarks.harness.cpu``.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import socket
 import ssl
@@ -220,7 +232,11 @@ class _LoadConn(asyncio.BufferedProtocol):
         self.filled = 0
         self.seq = 0  # the message in flight
         self.t_sent = 0.0
-        self.delay_s = 1.0 / bench.plan.rate if bench.plan.rate > 0 else 0.0
+        plan = bench.plan
+        self.period_s = 1.0 / plan.rate if plan.rate > 0 else 0.0  # paced: the timetable's period
+        self.slot_s = self.period_s / plan.clients  # paced: the width of this connection's slot
+        self.slot = 0.0  # paced: loop time when the current message's slot starts
+        self.jitter = random.Random(index)  # paced: where in its slot a message goes
         self.transport: asyncio.Transport | None = None
         self.verified_messages = 0
         self.full_compares = 0
@@ -234,6 +250,29 @@ class _LoadConn(asyncio.BufferedProtocol):
         U64.pack_into(self.message, self.stamp_offset, self.seq)
         self.t_sent = perf_counter()
         self.transport.write(self.message)
+
+    def pace(self, first_slot: float) -> None:
+        """Paced: send message 0 in the slot starting at ``first_slot``
+        (loop time), and each later one a period after its predecessor's."""
+        self.slot = first_slot
+        self._send_in_slot()
+
+    def _send_in_slot(self) -> None:
+        loop = self.bench.loop
+        when = self.slot + self.jitter.random() * self.slot_s
+        if when <= loop.time():
+            self.send()
+        else:
+            loop.call_at(when, self.send)
+
+    def _next_slot(self) -> None:
+        """Paced: the next message's slot, one period on (whole periods
+        later if the echo came back over a period late: no burst)."""
+        self.slot += self.period_s
+        behind_s = self.bench.loop.time() - self.slot
+        if behind_s > self.period_s:
+            self.slot += math.floor(behind_s / self.period_s) * self.period_s
+        self._send_in_slot()
 
     # -- receiving -------------------------------------------------------------
 
@@ -282,8 +321,8 @@ class _LoadConn(asyncio.BufferedProtocol):
             bench.finished()
             return
         self.seq += 1
-        if self.delay_s:
-            bench.loop.call_later(self.delay_s, self.send)
+        if self.period_s:
+            self._next_slot()
         else:
             self.send()
 
@@ -449,9 +488,10 @@ async def run_load(
         )
         connect_s = perf_counter() - started
         tls = _tls_info(conns) if ssl_context is not None else None
-        for i, conn in enumerate(conns):  # message 0; at a fixed rate spread over one period, not in lockstep
+        start = bench.loop.time()
+        for i, conn in enumerate(conns):  # message 0; paced: in each connection's own share of the period
             if plan.rate:
-                bench.loop.call_later(i / (plan.clients * plan.rate), conn.send)
+                conn.pace(start + i / (plan.clients * plan.rate))
             else:
                 conn.send()
         await bench.wait(plan.warmup_s)
