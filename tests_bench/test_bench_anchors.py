@@ -7,13 +7,14 @@ elsewhere), and real echoes over 127.0.0.1 on both loops."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from benchmarks.impls import IMPLS, availability, load
+from benchmarks.impls import IMPLS, _bounds, availability, load
 from benchmarks.impls._async import echo_loop, prepare_socket, run_clients, run_loop, serve
 from benchmarks.impls._asyncio import AsyncioStreams, AsyncioStreams3Reads
 from benchmarks.impls._bounds import BoundTornado
@@ -284,12 +285,23 @@ def test_anchor_and_readinto_echoes_verified(impl: str, loop: str, msize: int, n
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_bound_tornado_does_the_per_message_duties_it_claims(loop: str) -> None:
+def test_bound_tornado_does_the_per_message_duties_it_claims(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lower bound is only a bound if it does what ReadIntoIOStream does
-    per message: every head read of a ping-pong parks and tells the busy-poll
-    policy, and a short recv sets the empty-socket timestamp.  (Whether that
-    proof saves a recv is not asserted: it holds for 1 ms of wall-clock time.)"""
+    per message: every head read of a ping-pong that waits parks and tells
+    the busy-poll policy, and a short recv sets the empty-socket timestamp.
+
+    Which reads wait is decided by wall-clock time (the empty-socket proof
+    holds for 1 ms, a recv that took long counts as a GIL stall), so on a
+    busy CPU a head read may try the socket instead of parking.  The
+    stream's clock is therefore a counter advancing 1 us a read: then the
+    count is fixed by the code alone, on any machine.  The first message is
+    on the wire before the server's first read (no proof yet: it tries the
+    socket and finds it); each later one, and the EOF, parks once."""
     pytest.importorskip(loop)
+    ticks = itertools.count()
+    start = _bounds.perf_counter()
+    monkeypatch.setattr(_bounds, "perf_counter", lambda: start + 1e-6 * next(ticks))
+    nmessages = 20
 
     async def main() -> tuple[int, int, float]:
         with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -301,7 +313,7 @@ def test_bound_tornado_does_the_per_message_duties_it_claims(loop: str) -> None:
         client = await BoundTornado.from_socket(b)
         serving = asyncio.ensure_future(echo_loop(server))
         frames = [bytearray(range(256)) * 4]
-        for _ in range(20):
+        for _ in range(nmessages):
             await client.send(frames)
             echo = await client.recv()
             assert [bytes(f) for f in echo] == [bytes(frames[0])]
@@ -311,8 +323,9 @@ def test_bound_tornado_does_the_per_message_duties_it_claims(loop: str) -> None:
         return parks, await asyncio.wait_for(serving, 10), drained_at
 
     parks, echoed, drained_at = run_loop(loop, main, 30)
-    assert echoed == 20
-    assert parks >= 20 and drained_at > 0
+    assert echoed == nmessages
+    assert parks == nmessages  # the head reads of messages 2..20, then the EOF read
+    assert drained_at > start
 
 
 def test_uvloop_registry_names_the_same_anchors() -> None:
