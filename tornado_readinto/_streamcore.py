@@ -486,6 +486,11 @@ class StreamCore(ReadCore):
             except BlockingIOError:
                 return None
         sock = self.sock
+        if len(view) > HOLD_MAX_NBYTES:  # a large copy releases the GIL; its time is no stall
+            try:
+                return sock.recv_into(view)  # type: ignore[no-any-return]
+            except BlockingIOError:
+                return None
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
             try:
@@ -757,6 +762,8 @@ class StreamCore(ReadCore):
         if _NATIVE_WRITEV is not None and self._untimed(nbytes):
             return _NATIVE_WRITEV(self.fd, buffers)  # type: ignore[no-any-return]
         sock = self.sock
+        if nbytes > HOLD_MAX_NBYTES:  # a large copy releases the GIL; its time is no stall
+            return sock.sendmsg(buffers)  # type: ignore[no-any-return]
         start = perf_counter()
         if self.own_socket_io and start < _gilheld.held_until:
             return _gilheld.writev(sock.fileno(), buffers)
