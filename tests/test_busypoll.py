@@ -13,7 +13,7 @@ import pytest
 
 from tornado_readinto import ReadIntoIOStream, busypoll
 from tornado_readinto.busypoll import (
-    DEFAULT_BUSY_POLL_S,
+    BUSY_POLL_BUDGET_S,
     MAX_BUDGET_FACTOR,
     MAX_PROBE_INTERVAL,
     REARM_FACTOR,
@@ -288,6 +288,29 @@ def test_busy_poll_catches_a_peer_answering_from_another_thread(loop_name, clock
     run(main(), loop=loop_name)
 
 
+def test_busy_polling_is_off_by_default(loop_name):
+    """A stream made without ``busy_poll_s`` has no busy-poll policy: its
+    parked reads never ask the loop to spin, on any machine."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        try:
+            spinner = spinner_for(asyncio.get_running_loop())
+            ticks = spinner.ticks
+            for i in range(5):
+                read = server.read_into(bytearray(1))
+                await asyncio.sleep(0)
+                client.write(bytes([i]))
+                assert await read == 1
+            assert server.busy_poll_s == 0 and server._busy_poll is None
+            assert spinner.ticks == ticks and not spinner.spinning
+        finally:
+            server.close()
+            client.close()
+
+    run(main(), loop=loop_name)
+
+
 def test_busy_poll_zero_never_spins_and_negative_is_rejected(loop_name):
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
@@ -310,7 +333,7 @@ def test_busy_poll_zero_never_spins_and_negative_is_rejected(loop_name):
 
 
 def test_a_thousand_idle_connections_leave_the_loop_idle(loop_name, clock):
-    """Each has a read pending (default busy polling) that never completes:
+    """Each has a read pending (busy polling on) that never completes:
     each spins once, for its first read; once the clock passes the budget
     the spinner stops, and the loop runs nothing more of ours."""
     nconns = 1000
@@ -322,7 +345,7 @@ def test_a_thousand_idle_connections_leave_the_loop_idle(loop_name, clock):
             for _ in range(nconns):
                 clients.append(socket.create_connection(listener.getsockname()))
                 sock, _ = listener.accept()
-                stream = ReadIntoIOStream(sock)
+                stream = ReadIntoIOStream(sock, busy_poll_s=BUSY_POLL_BUDGET_S)
                 streams.append(stream)
                 reads.append(stream.read_into(bytearray(16)))
             assert [stream._busy_poll.spins for stream in streams] == [1] * nconns
@@ -353,7 +376,7 @@ def test_slow_peers_stop_spinning_after_their_first_late_message(loop_name, cloc
     load): each stream spins for its first read and never again."""
 
     async def main():
-        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(16)]
+        pairs = [await stream_pair(ReadIntoIOStream, busy_poll_s=BUSY_POLL_BUDGET_S) for _ in range(16)]
         try:
             for _ in range(5):
                 reads = [server.read_into(bytearray(4)) for server, _ in pairs]
@@ -378,13 +401,13 @@ def test_a_saturated_loop_stops_spinning(loop_name, clock, npairs):
     tick) takes a tenth of the budget.  Alone, a stream's answer comes
     within its budget and it keeps spinning.  Among 64, each stream's next
     message comes only after the loop has served the others, so the streams
-    stop spinning (the loop is busy anyway) and the default setting costs
-    what busy_poll_s=0 does."""
-    clock.step = DEFAULT_BUSY_POLL_S / 10
+    stop spinning (the loop is busy anyway) and busy polling costs what
+    busy_poll_s=0 does."""
+    clock.step = BUSY_POLL_BUDGET_S / 10
     nmessages = 30
 
     async def main():
-        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(npairs)]
+        pairs = [await stream_pair(ReadIntoIOStream, busy_poll_s=BUSY_POLL_BUDGET_S) for _ in range(npairs)]
 
         async def echo(server):
             buf = bytearray(64)

@@ -28,7 +28,6 @@ from distributed.security import Security
 
 import tornado_readinto.dask_backend as dask_backend
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S
 from tornado_readinto.dask_backend import (
     ReadIntoComm,
     ReadIntoTCPBackend,
@@ -469,7 +468,7 @@ async def check_busy_poll_from_config(scheme, listen_args, connect_args, setting
 
 
 @pytest.mark.parametrize(
-    ("setting", "expected_s"), [(0, 0.0), ("0ms", 0.0), ("120us", 120e-6), (None, DEFAULT_BUSY_POLL_S)]
+    ("setting", "expected_s"), [(0, 0.0), ("0ms", 0.0), ("120us", 120e-6), (None, 0.0)]
 )
 def test_dask_busy_poll_comes_from_dask_config_on_both_ends(scheme_args, setting, expected_s):
     run(check_busy_poll_from_config(*scheme_args, setting, expected_s))

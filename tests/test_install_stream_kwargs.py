@@ -56,8 +56,6 @@ def test_install_stream_kwargs_reach_server_and_client_streams(restore_configura
 
 
 def test_install_without_stream_kwargs_keeps_the_default(restore_configuration):
-    from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S
-
     install()
 
     async def main():
@@ -67,7 +65,7 @@ def test_install_without_stream_kwargs_keeps_the_default(restore_configuration):
         client = AsyncHTTPClient(force_instance=True)
         try:
             response = await client.fetch(f"http://127.0.0.1:{port}/")
-            assert response.body == repr(DEFAULT_BUSY_POLL_S).encode()
+            assert response.body == repr(0.0).encode()  # busy polling off
         finally:
             client.close()
             server.stop()

@@ -1,6 +1,14 @@
 """Busy-polling that never holds up the event loop, on any asyncio loop.
 
-Strategy:
+Busy polling is off unless asked for (``busy_poll_s=`` on a stream, the
+dask backend's ``distributed.comm.readinto.busy-poll`` key): it trades CPU
+for latency, and whether the trade pays depends on the machine.  On the
+machine it was tuned on it raised one-connection ping-pong; on another it
+cost 1.19x the CPU per message for 0.85x the messages with 64 connections
+below saturation, and 1.39x the CPU for 0.71x the messages at saturation
+(see the performance page).  `BUSY_POLL_BUDGET_S` is the budget to ask for.
+
+Strategy, where it is on:
 
 * Parking a process in ``epoll_wait`` and waking it again costs more on a
   virtual machine than a loopback request/response turnaround, so a stream
@@ -77,7 +85,7 @@ __all__ = [
     "CONTENDED_FRACTION",
     "CONTENDED_HOLD_S",
     "CONTENTION_SAMPLE_S",
-    "DEFAULT_BUSY_POLL_S",
+    "BUSY_POLL_BUDGET_S",
     "MIN_CPUS_TO_SPIN",
     "MAX_BUDGET_FACTOR",
     "MAX_PROBE_INTERVAL",
@@ -89,11 +97,12 @@ __all__ = [
     "spinner_for",
 ]
 
-#: How long a parked read keeps its event loop polling before the loop may
+#: The budget to ask for when turning busy polling on (``busy_poll_s=``):
+#: how long a parked read keeps its event loop polling before the loop may
 #: block.  50 us covers a loopback request/response turnaround on the
-#: development machine (a Firecracker VM, where waking a parked process costs
-#: about as much); see README "Performance" for the measurements.
-DEFAULT_BUSY_POLL_S = 50e-6  # seconds
+#: machine it was tuned on (a Firecracker VM, where waking a parked process
+#: costs about as much).  Streams default to 0: no busy polling.
+BUSY_POLL_BUDGET_S = 50e-6  # seconds
 
 #: A parked read whose data came within this many base budgets (500 us by
 #: default) makes the next read spin; later data stops spinning.

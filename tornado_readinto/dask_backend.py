@@ -85,8 +85,9 @@ logger = logging.getLogger(__name__)
 _NO_SPLIT = 1 << 62  # bytes
 
 #: dask config key of the busy-poll budget of the backend's streams (a
-#: timedelta such as ``"50us"``, or 0 to turn busy polling off); unset means
-#: `~tornado_readinto.busypoll.DEFAULT_BUSY_POLL_S`.  Read when a connection
+#: timedelta such as ``"50us"``, see
+#: `~tornado_readinto.busypoll.BUSY_POLL_BUDGET_S`); unset or 0 means no busy
+#: polling, the streams' default.  Read when a connection
 #: is made or a listener starts; worker processes get it like any dask config
 #: (``DASK_DISTRIBUTED__COMM__READINTO__BUSY_POLL=0`` in the environment).
 BUSY_POLL_CONFIG: Final = "distributed.comm.readinto.busy-poll"

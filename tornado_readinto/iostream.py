@@ -70,7 +70,7 @@ from ._tornado_compat import (
     default_ssl_context,
     ssl_wrap_socket,
 )
-from .busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
+from .busypoll import BusyPoll, spinner_for
 from .errors import ReadIntoError
 from .framing import MessageReader
 
@@ -182,7 +182,11 @@ class ReadIntoIOStream(IOStream):
     The socket I/O is one `tornado_readinto._streamcore.StreamCore`; this
     class is its Tornado face (see ``docs/internals.rst``).
 
-    :arg busy_poll_s: see `tornado_readinto.busypoll`.
+    :arg busy_poll_s: the base busy-poll budget of a read that waits, in
+        seconds; 0 (the default) never spins.  See
+        `tornado_readinto.busypoll` (``BUSY_POLL_BUDGET_S`` is the budget to
+        ask for): spinning trades CPU for latency, and pays only where a
+        peer answers within the budget.
     :arg engine: ignored, with a ``DeprecationWarning``: the transport
         engine was retired (so was ``TORNADO_READINTO_ENGINE``).
     :raises ValueError: a negative ``busy_poll_s``.
@@ -207,7 +211,7 @@ class ReadIntoIOStream(IOStream):
         self,
         socket: socket.socket,
         *args: Any,
-        busy_poll_s: float = DEFAULT_BUSY_POLL_S,
+        busy_poll_s: float = 0.0,
         engine: object = _NOT_GIVEN,
         **kwargs: Any,
     ) -> None:

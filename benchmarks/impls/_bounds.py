@@ -47,7 +47,7 @@ from tornado.iostream import StreamClosedError
 from tornado_readinto import _gilheld
 from tornado_readinto import iostream as _iostream
 from tornado_readinto._streamcore import _total_nbytes
-from tornado_readinto.busypoll import DEFAULT_BUSY_POLL_S, BusyPoll, spinner_for
+from tornado_readinto.busypoll import BUSY_POLL_BUDGET_S, BusyPoll, spinner_for
 
 from ._common import U64
 from ._protocol import AsyncioProtocol
@@ -232,7 +232,7 @@ class TornadoBoundStream(FloorStream):
         self._drained_at = 0.0
         self.nbytes_received = 0
         super().__init__(sock)
-        self._busy_poll = BusyPoll(DEFAULT_BUSY_POLL_S, spinner_for(self._loop))
+        self._busy_poll = BusyPoll(BUSY_POLL_BUDGET_S, spinner_for(self._loop))
 
     def _watch(self) -> None:
         self._io_loop.add_handler(self._fd, self._events, IOLoop.READ)
