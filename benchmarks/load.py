@@ -73,10 +73,10 @@ from benchmarks.impls._loadclient import default_client_loop  # noqa: E402
 LOAD_SERVERS: dict[str, tuple[str, str]] = {
     "stock": ("stock-read_bytes", "framed"),
     "readinto": ("readinto", "framed"),
-    "readinto-nospin": ("readinto-nospin", "framed"),
+    "readinto-spin": ("readinto-spin", "framed"),
     "framed": ("framed-bytearray", "framed"),
     "framed-pool": ("framed-pool", "framed"),
-    "framed-pool-nospin": ("framed-pool-nospin", "framed"),
+    "framed-pool-spin": ("framed-pool-spin", "framed"),
     "comm": ("comm-readinto", "comm"),
     "asyncio-streams": ("asyncio-streams", "framed"),
     "asyncio-protocol": ("asyncio-protocol", "framed"),

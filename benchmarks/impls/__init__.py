@@ -57,11 +57,11 @@ IMPLS: dict[str, ImplSpec] = {
         ImplSpec("readinto", _T + "ReadInto", "ReadIntoIOStream, read_into(16) + read_into(frame); writelines"),
         ImplSpec("readinto-3reads", _T + "ReadInto3Reads", "ReadIntoIOStream, read_into per count, lengths, frame"),
         ImplSpec("readinto-uninit", _T + "ReadIntoUninit", "readinto into uninitialized_allocator (huge-page) buffers"),
-        ImplSpec("readinto-nospin", _T + "ReadIntoNoSpin", "readinto with busy_poll_s=0 (park at once, as stock)"),
+        ImplSpec("readinto-spin", _T + "ReadIntoSpin", "readinto with busy polling on (BUSY_POLL_BUDGET_S)"),
         ImplSpec("framed-bytearray", _T + "FramedBytearray", "FramedStream, bytearray_allocator", requires=_FRAMED),
         ImplSpec("framed-uninit", _T + "FramedUninit", "FramedStream, uninitialized_allocator", requires=_FRAMED),
         ImplSpec("framed-pool", _T + "FramedPool", "FramedStream, BufferPool", requires=_FRAMED),
-        ImplSpec("framed-pool-nospin", _T + "FramedPoolNoSpin", "framed-pool with busy_poll_s=0", requires=_FRAMED),
+        ImplSpec("framed-pool-spin", _T + "FramedPoolSpin", "framed-pool with busy polling on", requires=_FRAMED),
         ImplSpec("asyncio-streams", _A + "AsyncioStreams", "asyncio streams, readexactly(16) + readexactly(n); drain"),
         ImplSpec(
             "asyncio-streams-3reads",
@@ -136,7 +136,7 @@ IMPLS: dict[str, ImplSpec] = {
 
 #: ``--impl`` default: the stock baseline, stock's own read_into, ours, and the
 #: practical limit.
-DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "readinto-nospin", "threads")
+DEFAULT_IMPLS = ("stock-read_bytes", "stock-read_into", "readinto", "readinto-spin", "threads")
 
 
 def availability(spec: ImplSpec, loop: str | None = None, *, tls: bool = False) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.busypoll import BUSY_POLL_BUDGET_S
 
 from ._async import AsyncConn
 from ._common import (
@@ -179,11 +180,11 @@ class ReadInto3Reads(ReadInto):
         return frames
 
 
-class ReadIntoNoSpin(ReadInto):
-    """`ReadInto` with busy-polling off (``busy_poll_s=0``): every read that
-    finds no data parks on the selector at once, as stock does."""
+class ReadIntoSpin(ReadInto):
+    """`ReadInto` with busy polling on (``busy_poll_s=BUSY_POLL_BUDGET_S``;
+    the default, 0, parks a read that finds no data at once, as stock)."""
 
-    stream_kwargs = {"busy_poll_s": 0}
+    stream_kwargs = {"busy_poll_s": BUSY_POLL_BUDGET_S}
 
 
 class ReadIntoUninit(ReadInto):
@@ -253,7 +254,7 @@ class FramedPool(_Framed):
         self.allocator.release_all(frames)
 
 
-class FramedPoolNoSpin(FramedPool):
-    """`FramedPool` with busy-polling off (``busy_poll_s=0``)."""
+class FramedPoolSpin(FramedPool):
+    """`FramedPool` with busy polling on (``busy_poll_s=BUSY_POLL_BUDGET_S``)."""
 
-    stream_kwargs = {"busy_poll_s": 0}
+    stream_kwargs = {"busy_poll_s": BUSY_POLL_BUDGET_S}
