@@ -185,8 +185,10 @@ _CONNECTION_ERRORS: Final = (StreamClosedError, ssl.SSLError, FramingError)
 
 def _set_tcp_keepalive(sock: socket.socket) -> None:
     """Let the kernel notice a dead peer within ``distributed.comm.timeouts.tcp``
-    (30 s by default); see `tornado_readinto._net.set_tcp_keepalive`."""
-    set_tcp_keepalive(sock, int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds")))
+    (30 s by default), with tcp.py's keepalive schedule; see
+    `tornado_readinto._net.set_tcp_keepalive`."""
+    timeout_s = int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds"))
+    set_tcp_keepalive(sock, timeout_s, like_distributed=True)
 
 
 def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
