@@ -203,14 +203,16 @@ def verify(client: Any) -> dict[str, Any]:
     """Ask the scheduler and every worker of ``client``'s cluster, and this
     process, whether its comms are this package's and which build runs::
 
-        {"client": status(), "scheduler": {...}, "workers": {address: {...}}}
+        {"client": status(), "scheduler": {...}, "workers": {address: {...}},
+         "nannies": {worker address: {...}}}
 
     Each entry is `status` of that process (with its listener's class for the
-    scheduler and workers).  Works with processes that lack the package
+    scheduler, workers and nannies; ``nannies`` is empty without Nannies).  Works with processes that lack the package
     (then ``build`` is None and ``switched`` False).
     """
     return {
         "client": status(),
         "scheduler": client.run_on_scheduler(_probe["scheduler_status"]),
         "workers": client.run(_probe["worker_status"]),
+        "nannies": client.run(_probe["worker_status"], nanny=True),
     }
