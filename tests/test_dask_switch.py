@@ -245,3 +245,61 @@ def test_mixed_workers_one_switched_one_stock(tmp_path: Path) -> None:
             got = client.submit(total, chunks, workers=[a], allow_other_workers=False, pure=False)
             assert got.result(timeout=60) == expected_total(4)  # b -> a
             assert CHUNK_N  # the chunk size of the helpers: 8 MiB each
+
+
+# -- the README's block, exactly as written ----------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.rst"
+
+
+def readme_switch_lines() -> list[str]:
+    """The ``export`` lines of the console block right after the line that
+    contains ``dask-tcp-switch`` in README.rst."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    marker = next(i for i, line in enumerate(lines) if "dask-tcp-switch" in line)
+    directive = next(i for i in range(marker + 1, len(lines)) if lines[i].strip())
+    assert lines[directive].strip() == ".. code-block:: console", lines[directive]
+    block: list[str] = []
+    for line in lines[directive + 1 :]:
+        if line.strip() and not line.startswith((" ", "\t")):
+            break
+        if line.strip():
+            block.append(line.strip())
+    return block
+
+
+def readme_switch_environment() -> dict[str, str]:
+    env = {}
+    for line in readme_switch_lines():
+        assert line.startswith("export "), line
+        name, sep, value = line[len("export ") :].partition("=")
+        assert sep and name.isidentifier() and value and " " not in value, line
+        env[name] = value
+    return env
+
+
+def test_readme_block_is_the_switch() -> None:
+    assert readme_switch_environment() == ENVIRONMENT
+
+
+@pytest.mark.timeout(240)
+def test_readme_block_starts_a_switched_cluster(tmp_path: Path) -> None:
+    """``dask scheduler`` and ``dask worker`` started with exactly the README's
+    lines in their environment (run through a shell, as a user would paste
+    them): every worker and the scheduler report the switch from inside."""
+    import subprocess
+
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("DASK_DISTRIBUTED__") and key.endswith("__PRELOAD"):
+            del env[key]
+    script = "\n".join([*readme_switch_lines(), "env"])
+    shell_env = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    exported = dict(line.split("=", 1) for line in shell_env.splitlines() if line.startswith("DASK_DISTRIBUTED__"))
+    with cli_cluster(tmp_path, scheduler_args=(), env=exported) as cluster, connected_client(cluster) as client:
+        check_scheme(client, "tcp")
+        report = verify(client)
+        assert_switched(report["scheduler"], "scheduler")
+        for address, entry in report["workers"].items():
+            assert_switched(entry, address)
+        assert client.submit(sum, [1, 2, 3]).result(timeout=30) == 6

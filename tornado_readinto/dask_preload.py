@@ -6,7 +6,7 @@ the Scheduler, Worker, Nanny or Client, before that listens or connects;
 ``dask_setup`` (run once the server has started) makes sure again, for a
 process that had imported this module before and switched off since.
 
-.. versionadded:: 0.2
+.. versionadded:: 0.1
 """
 
 from __future__ import annotations

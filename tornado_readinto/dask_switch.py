@@ -25,7 +25,7 @@ run in the nanny process itself (it only supervises; its worker is switched).
 
 In a program: `switch_on` (and `switch_off`).  From a client: `verify`.
 
-.. versionadded:: 0.2
+.. versionadded:: 0.1
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ itself: `tornado_readinto.dask_switch` puts `InPlaceTCPBackend` and
 
 This module imports distributed; ``import tornado_readinto`` never does.
 
-.. versionadded:: 0.2
+.. versionadded:: 0.1
 """
 
 from __future__ import annotations

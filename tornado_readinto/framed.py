@@ -52,7 +52,7 @@ class FramedStream:
         message starts with tcp.py's ``P`` field, written as tcp.py computes
         it and checked on receipt (`tornado_readinto.framing.prefixed_message_header`).
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
 
     A header over a limit makes `read_frames` fail with `FrameTooLargeError`
     before anything is allocated for that message, and closes the stream.

@@ -267,7 +267,7 @@ def nosplit_nbytes(frames: Sequence[Any], frame_nbytes: Sequence[int]) -> int:
 
     Cost: one pass over the frames, no copy.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
     total = 0
     first_uncompressed: object = None
@@ -298,7 +298,7 @@ def prefixed_message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
     Cost: the header ``bytes`` and one pass over the frames; no copy of any
     frame.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
     nbytes = frames_nbytes(frames)
     nframes = len(nbytes)
@@ -405,7 +405,7 @@ class FrameReader:
         is the prelude plus whole leading frames (else `FramingError`) and
         otherwise ignores it: every frame still lands in its own buffer.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
     :raises ValueError: for a negative limit.
     :raises TypeError: for a limit that is not an int, or an allocator that is
         not callable.
