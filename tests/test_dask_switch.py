@@ -190,9 +190,10 @@ def test_cli_cluster_switched_by_environment(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(240)
 def test_mixed_stock_scheduler_switched_workers_stock_client(tmp_path: Path) -> None:
-    with cli_cluster(tmp_path, scheduler_args=(), worker_env=ENVIRONMENT) as cluster, connected_client(
-        cluster
-    ) as client:
+    with (
+        cli_cluster(tmp_path, scheduler_args=(), worker_env=ENVIRONMENT) as cluster,
+        connected_client(cluster) as client,
+    ):
         check_scheme(client, "tcp")
         report = verify(client)
         assert_stock(report["client"], "client")
@@ -206,9 +207,7 @@ def test_mixed_stock_scheduler_switched_workers_stock_client(tmp_path: Path) -> 
 
 @pytest.mark.timeout(240)
 def test_mixed_switched_scheduler_stock_workers_switched_client(tmp_path: Path) -> None:
-    with cli_cluster(
-        tmp_path, scheduler_args=(), env=ENVIRONMENT, worker_env=NO_SWITCH
-    ) as cluster:
+    with cli_cluster(tmp_path, scheduler_args=(), env=ENVIRONMENT, worker_env=NO_SWITCH) as cluster:
         dask_switch.install_backends()  # the client's process
         with connected_client(cluster) as client:
             check_scheme(client, "tcp")

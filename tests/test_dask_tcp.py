@@ -111,7 +111,7 @@ MESSAGES = {
     "pandas": {
         "df": to_serialize(
             pd.DataFrame(
-                {"a": np.arange(50_000), "b": np.linspace(0, 1, 50_000), "c": ["s%d" % i for i in range(50_000)]}
+                {"a": np.arange(50_000), "b": np.linspace(0, 1, 50_000), "c": [f"s{i}" for i in range(50_000)]}
             )
         )
     },

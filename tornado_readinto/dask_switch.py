@@ -70,9 +70,7 @@ CONFIG: Final = {
 }
 
 #: The switch as environment variables, the same in every process.
-ENVIRONMENT: Final = {
-    "DASK_" + "__".join(part.upper() for part in key.split(".")): PRELOAD for key in PRELOAD_KEYS
-}
+ENVIRONMENT: Final = {"DASK_" + "__".join(part.upper() for part in key.split(".")): PRELOAD for key in PRELOAD_KEYS}
 
 #: distributed's own backends, kept by `install_backends` for `switch_off`.
 _stock: dict[str, Any] = {}
