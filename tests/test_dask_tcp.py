@@ -234,6 +234,29 @@ def test_wire_bytes_follow_the_shard_config() -> None:
     assert ours != _wire_of("ours", message)  # 64 MiB shards: other frames
 
 
+def test_max_shard_size_per_comm_as_on_tcp_py() -> None:
+    """Code written for tcp.py's comm sets ``comm.max_shard_size``; it takes
+    effect on ours the same way (distributed's own tests do this)."""
+    with dask.config.set({"distributed.comm.shard": "3MiB"}):
+        a, b = socket.socketpair()
+        try:
+            comm = ReadIntoComm(ReadIntoIOStream(a), "tcp://a:1", "tcp://b:2")
+            assert comm.max_shard_size == 3 * MiB
+            tls = ReadIntoTLSComm(ReadIntoIOStream(b), "tls://a:1", "tls://b:2")
+            assert tls.max_shard_size == 3 * MiB
+            comm.abort()
+            tls.abort()
+        finally:
+            a.close()
+            b.close()
+    with dask.config.set({"distributed.comm.shard": "4GiB"}):
+        a, _b = socket.socketpair()
+        tls = ReadIntoTLSComm(ReadIntoIOStream(a), "tls://a:1", "tls://b:2")
+        assert tls.max_shard_size == 2**31 - 1  # tcp.py's TLS cap
+        tls.abort()
+        _b.close()
+
+
 # -- the Backend API and settings ------------------------------------------------------
 
 

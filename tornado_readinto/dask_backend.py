@@ -208,7 +208,7 @@ class ReadIntoComm(FramedChannel, Comm):
     .. versionadded:: 0.1
     """
 
-    #: Whether ``frame_split_size`` takes TLS's cap (see `_TLS_MAX_SHARD`).
+    #: Whether ``max_shard_size`` takes TLS's cap (see `_TLS_MAX_SHARD`).
     _tls: ClassVar[bool] = False
 
     def __init__(self, stream: ReadIntoIOStream, local_addr: str, peer_addr: str, deserialize: bool = True) -> None:
@@ -218,8 +218,10 @@ class ReadIntoComm(FramedChannel, Comm):
         self._peer_addr = peer_addr
         self._stream = stream
         super().__init__(deserialize=deserialize)
-        #: distributed's shard size at the time the comm was made (`SHARD_CONFIG`).
-        self.frame_split_size = _shard_nbytes(self._tls)
+        #: distributed's shard size at the time the comm was made (`SHARD_CONFIG`);
+        #: the ``frame_split_size`` of each write.  Named as on tcp.py's comm,
+        #: where code written for it sets it per comm.
+        self.max_shard_size = _shard_nbytes(self._tls)
         self._framed = FramedStream(stream, allocator=recycling_allocator, nosplit_prefix=True)
         self._extra: dict[str, Any] = {}
         if stream.socket is not None and stream.socket.family in (socket.AF_INET, socket.AF_INET6):
@@ -295,7 +297,7 @@ class ReadIntoComm(FramedChannel, Comm):
             serializers=serializers,
             on_error=on_error,
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
-            frame_split_size=self.frame_split_size,
+            frame_split_size=self.max_shard_size,
         )
         try:
             return await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
