@@ -189,6 +189,20 @@ def test_cli_cluster_switched_by_environment(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
+def test_cli_worker_without_nanny_switched_by_environment(tmp_path: Path) -> None:
+    """``dask worker --no-nanny``: the worker is the CLI process itself."""
+    with (
+        cli_cluster(tmp_path, scheduler_args=(), env=ENVIRONMENT, worker_args=("--no-nanny",)) as cluster,
+        connected_client(cluster) as client,
+    ):
+        report = verify(client)
+        assert report["nannies"] == {}
+        for address, entry in report["workers"].items():
+            assert_switched(entry, address)
+        check_worker_to_worker(client, "tcp")
+
+
+@pytest.mark.timeout(240)
 def test_mixed_stock_scheduler_switched_workers_stock_client(tmp_path: Path) -> None:
     with (
         cli_cluster(tmp_path, scheduler_args=(), worker_env=ENVIRONMENT) as cluster,
