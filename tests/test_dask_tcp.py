@@ -184,6 +184,20 @@ def test_interop_tls_extra_info_and_ciphers(server: str, client: str, security: 
     run(check())
 
 
+@pytest.mark.parametrize("scheme", ["tcp", "tls"])
+def test_our_comms_are_tcp_py_comms_for_isinstance(scheme: str, security: Security) -> None:
+    """distributed's test utilities (``utils_test.LockedComm``) assert
+    ``isinstance(comm, TCP)``: our comms answer as its virtual subclasses."""
+
+    async def check() -> None:
+        async with comm_pair(scheme, "stock", "ours", security) as comm:
+            assert isinstance(comm, stock_tcp.TCP)
+            assert isinstance(comm, stock_tcp.TLS) == (scheme == "tls")
+            assert not issubclass(ReadIntoComm, stock_tcp.TLS)
+
+    run(check())
+
+
 # -- the same bytes as tcp.py's, byte for byte ---------------------------------------
 
 

@@ -5,8 +5,10 @@ names: the same addresses, ``Security`` contexts, ``connect``/``listen``
 arguments and Backend API as ``distributed.comm.tcp``, and its byte stream
 (tcp.py's ``P`` field included, see `tornado_readinto.framing.prefixed_message_header`),
 so that a stock peer cannot tell the difference.  Nothing here registers
-itself: `tornado_readinto.dask_switch` puts `InPlaceTCPBackend` and
-`InPlaceTLSBackend` in ``distributed.comm.registry.backends`` when switched on.
+a backend itself: `tornado_readinto.dask_switch` puts `InPlaceTCPBackend` and
+`InPlaceTLSBackend` in ``distributed.comm.registry.backends`` when switched
+on.  Importing this module makes the comms virtual subclasses of
+distributed's ``TCP`` and ``TLS`` comm classes (see the end of the module).
 
 This module imports distributed; ``import tornado_readinto`` never does.
 
@@ -16,6 +18,8 @@ This module imports distributed; ``import tornado_readinto`` never does.
 from __future__ import annotations
 
 from typing import ClassVar
+
+from distributed.comm import tcp as _stock_tcp
 
 from .dask_backend import (
     ReadIntoComm,
@@ -82,3 +86,13 @@ class InPlaceTLSBackend(ReadIntoTLSBackend):
 
     _connector_class = InPlaceTLSConnector
     _listener_class = InPlaceTLSListener
+
+
+# The comms of the switched schemes are distributed's tcp:// and tls:// comms
+# as far as ``isinstance`` can tell: code written against the stock classes
+# (distributed's own test utilities, ``utils_test.LockedComm``, assert
+# ``isinstance(comm, TCP)`` before wrapping one) keeps working.  A virtual
+# subclass (``ABC.register``) inherits nothing; it only answers isinstance.
+# It is registered when this module is imported, i.e. in switched processes.
+_stock_tcp.TCP.register(ReadIntoComm)
+_stock_tcp.TLS.register(ReadIntoTLSComm)
