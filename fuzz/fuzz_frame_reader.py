@@ -50,16 +50,18 @@ def check_one_input(data: bytes) -> None:
     not a FramingError) on a violation."""
     if not data:
         return
-    # the first byte picks the chunk size and the driving style
+    # the first byte picks the chunk size, the driving style and the format
     control, body = data[0], data[1:]
     chunk = 1 + (control & 0x3F)
     use_recv_style = bool(control & 0x40)
+    nosplit_prefix = bool(control & 0x80)  # dask's tcp:// stream: P before each message
     allocator = LimitCheckingAllocator()
     reader = FrameReader(
         allocator,
         max_frames=MAX_FRAMES,
         max_frame_nbytes=MAX_FRAME_NBYTES,
         max_message_nbytes=MAX_MESSAGE_NBYTES,
+        nosplit_prefix=nosplit_prefix,
     )
     pos = 0
     try:

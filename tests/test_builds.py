@@ -38,6 +38,7 @@ BOTH_BUILDS = (
     "tests/test_busypoll.py",
     "tests/test_error_policy.py",
     "tests/test_framing.py",
+    "tests/test_framing_prefix.py",
     "tests/test_fuzz.py",
     "tests/test_framed.py",
     "tests/test_tornado_upstream.py",

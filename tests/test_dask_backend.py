@@ -6,6 +6,7 @@ processes over each scheme.  These must run wherever distributed is installed
 
 import asyncio
 import os
+import struct
 
 import dask
 import dask.array as da
@@ -35,7 +36,8 @@ from tornado_readinto.dask_backend import (
     ReadIntoTLSBackend,
     ReadIntoTLSComm,
 )
-from tornado_readinto.framing import pack_header
+from tornado_readinto.dask_switch import install_backends, switch_off
+from tornado_readinto.framing import pack_header, prefixed_message_header
 
 from .conftest import connect_attempts, run
 
@@ -66,10 +68,21 @@ def security(tls_files):
     )
 
 
-@pytest.fixture(params=["readinto", "readinto-tls"])
+@pytest.fixture
+def switched():
+    """distributed's tcp:// and tls:// served by this package for the test."""
+    install_backends()
+    yield
+    switch_off(config=False)
+
+
+@pytest.fixture(params=["readinto", "readinto-tls", "tcp", "tls"])
 def scheme_args(request, security):
-    """(scheme, listen_args, connect_args) for distributed's listen/connect."""
-    if request.param == "readinto-tls":
+    """(scheme, listen_args, connect_args) for distributed's listen/connect;
+    tcp and tls are served by this package (`tornado_readinto.dask_tcp`)."""
+    if request.param in ("tcp", "tls"):
+        request.getfixturevalue("switched")
+    if request.param in ("readinto-tls", "tls"):
         return request.param, security.get_listen_args("scheduler"), security.get_connection_args("client")
     return request.param, {}, {}
 
@@ -220,12 +233,12 @@ def test_dask_deserialize_round_trips(scheme_args):
     run(check_deserialize(*scheme_args))
 
 
-async def check_garbled_handshake():
+async def check_garbled_handshake(scheme):
     """A raw peer that sends a hostile header instead of distributed's
     handshake: the listener drops it cleanly (the comm handler never runs),
     nothing hangs."""
     handled: list[object] = []
-    async with listen("readinto://127.0.0.1:0", handled.append) as listener:
+    async with listen(f"{scheme}://127.0.0.1:0", handled.append) as listener:
         host, port = get_address_host_port(listener.contact_address)
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(pack_header([2**63]))
@@ -238,8 +251,11 @@ async def check_garbled_handshake():
         assert handled == []
 
 
-def test_dask_listener_drops_garbled_handshake():
-    run(check_garbled_handshake())
+@pytest.mark.parametrize("scheme", ["readinto", "tcp"])
+def test_dask_listener_drops_garbled_handshake(scheme, request):
+    if scheme == "tcp":
+        request.getfixturevalue("switched")
+    run(check_garbled_handshake(scheme))
 
 
 async def check_close_flushes_and_abort_breaks(scheme, listen_args, connect_args):
@@ -300,24 +316,45 @@ def test_dask_read_cancellation_aborts(loop_name):
     run(check_read_cancellation_aborts(), loop=loop_name)
 
 
-async def check_garbled_message_after_handshake():
-    """A raw peer that does distributed's handshake, then sends a header
-    claiming 2**63 bytes: the server's read fails cleanly, nothing hangs."""
+#: Hostile headers after the handshake (tcp.py's byte stream: P first), and
+#: what the error names.
+GARBLED = {
+    "length_2_63": (struct.pack("<Q", 16) + pack_header([2**63]), str(2**63)),
+    "nframes_2_40": (struct.pack("<QQ", 8, 2**40), str(2**40)),
+    "prefix_mid_frame": (struct.pack("<Q", 16 + 5) + pack_header([10]), "bad message prefix: P=21"),
+    "prefix_huge": (struct.pack("<Q", 2**64 - 1) + pack_header([10]), "bad message prefix"),
+    "prefix_below_prelude": (struct.pack("<Q", 8) + pack_header([10, 10]), "bad message prefix: P=8"),
+}
+
+
+async def check_garbled_message_after_handshake(scheme, header, named):
+    """A raw peer that does distributed's handshake, then sends a hostile
+    header: the server's read fails cleanly with an error that names the
+    bad value, the comm is closed, nothing hangs."""
     handle_comm, server_error = read_error_handler()
 
-    async with listen("readinto://127.0.0.1:0", handle_comm) as listener:
+    async with listen(f"{scheme}://127.0.0.1:0", handle_comm) as listener:
         host, port = get_address_host_port(listener.contact_address)
         reader, writer = await asyncio.open_connection(host, port)
         handshake = dumps({"compression": None, "python": (3, 11, 0), "pickle-protocol": 5})
-        writer.write(pack_header([len(f) for f in handshake]) + b"".join(handshake) + pack_header([2**63]))
+        handshake_header, _ = prefixed_message_header(handshake)
+        writer.write(handshake_header + b"".join(handshake) + header + b"\0" * 64)
         await writer.drain()
         exc = await asyncio.wait_for(server_error, 5)
-        assert isinstance(exc, CommClosedError) and "garbled" in str(exc) and str(2**63) in str(exc)
+        assert isinstance(exc, CommClosedError) and "garbled" in str(exc) and named in str(exc)
+        try:
+            await asyncio.wait_for(reader.read(), 5)  # returns at EOF: the comm was closed
+        except ConnectionResetError:
+            pass
         writer.close()
 
 
-def test_dask_garbled_message_after_handshake():
-    run(check_garbled_message_after_handshake())
+@pytest.mark.parametrize("case", sorted(GARBLED))
+@pytest.mark.parametrize("scheme", ["readinto", "tcp"])
+def test_dask_garbled_message_after_handshake(scheme, case, request):
+    if scheme == "tcp":
+        request.getfixturevalue("switched")
+    run(check_garbled_message_after_handshake(scheme, *GARBLED[case]))
 
 
 async def check_addresses(scheme, listen_args, connect_args):

@@ -53,6 +53,8 @@ _UNIX_PATH_MAX: Final = 104 if sys.platform == "darwin" or "bsd" in sys.platform
 
 # TCP keepalive: probes sent over the second half of the budget.
 _KEEPALIVE_PROBES: Final = 5
+#: tcp.py's fixed probe count (Windows' unsettable default, used everywhere).
+_DISTRIBUTED_KEEPALIVE_PROBES: Final = 10
 
 # socket.TCP_USER_TIMEOUT needs Python 3.12; the value is 18 since Linux 2.6.37.
 _TCP_USER_TIMEOUT: Final = getattr(socket, "TCP_USER_TIMEOUT", 18)
@@ -326,22 +328,37 @@ def check_encryption(
         raise ValueError(f"ssl_context given for {address}; use a {tls_scheme}:// address")
 
 
-def set_tcp_keepalive(sock: socket.socket, timeout_s: int) -> None:
+def keepalive_schedule(timeout_s: int, *, like_distributed: bool = False) -> tuple[int, int, int]:
+    """``(idle, interval, probes)`` in seconds for a dead-peer budget of
+    ``timeout_s`` (> 0): half the budget idle, then probes over the other
+    half; or, ``like_distributed``, ``distributed/comm/tcp.py``'s
+    ``set_tcp_timeout`` schedule (10 probes, a quarter idle, the rest to the
+    last probe), where stock allows it: stock asserts ``timeout_s >= 11``,
+    and below that this falls back to the first schedule."""
+    if like_distributed and timeout_s >= _DISTRIBUTED_KEEPALIVE_PROBES + 1:
+        nprobes = _DISTRIBUTED_KEEPALIVE_PROBES
+        idle = max(2, timeout_s // 4)
+        interval = max(1, (timeout_s - idle) // nprobes)
+        return timeout_s - interval * nprobes, interval, nprobes
+    idle = max(1, timeout_s // 2)
+    return idle, max(1, (timeout_s - idle) // _KEEPALIVE_PROBES), _KEEPALIVE_PROBES
+
+
+def set_tcp_keepalive(sock: socket.socket, timeout_s: int, *, like_distributed: bool = False) -> None:
     """Let the kernel notice a dead peer within ``timeout_s`` seconds:
-    keepalive probes on an idle connection (half the budget idle, then
-    probes over the other half), and ``TCP_USER_TIMEOUT`` for
-    unacknowledged data (Linux).  Nothing for ``timeout_s <= 0``; an
-    ``OSError`` (a socket already gone) is logged at debug level."""
+    keepalive probes on an idle connection (`keepalive_schedule`), and
+    ``TCP_USER_TIMEOUT`` for unacknowledged data (Linux).  Nothing for
+    ``timeout_s <= 0``; an ``OSError`` (a socket already gone) is logged at
+    debug level."""
     if timeout_s <= 0:
         return
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if hasattr(socket, "TCP_KEEPIDLE"):
-            idle = max(1, timeout_s // 2)
-            interval = max(1, (timeout_s - idle) // _KEEPALIVE_PROBES)
+            idle, interval, nprobes = keepalive_schedule(timeout_s, like_distributed=like_distributed)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, _KEEPALIVE_PROBES)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, nprobes)
         if sys.platform.startswith("linux"):
             sock.setsockopt(socket.IPPROTO_TCP, _TCP_USER_TIMEOUT, timeout_s * 1000)
     except OSError as exc:

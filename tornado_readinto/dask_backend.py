@@ -12,16 +12,21 @@ work with no other change.  Only distributed's public comm API is used
 ``to_frames``/``from_frames``, the address helpers); no private attribute of
 distributed or of its TCP comm.
 
-Wire format: each dask message is one framed message of
-`tornado_readinto.framing` whose frames are those of distributed's
-``protocol.dumps`` (msgpack header first, then the serialized buffers).
-This is *not* the byte stream of distributed's ``tcp://`` comm (which adds
-its own length prelude and joins small frames), so a ``readinto://`` peer
-only talks to ``readinto://`` peers; each frame is received into its own
-buffer (`~tornado_readinto.allocators.recycling_allocator`: no memset, and
-buffers of 4 MiB and more are reused once nothing references them, sparing
-the kernel's page zeroing), which the deserialized objects (numpy arrays…)
-then use without a copy.
+Wire format: one, the byte stream of distributed's own ``tcp://`` comm
+(``distributed/comm/tcp.py``): each dask message is tcp.py's ``P`` field and
+then a framed message of `tornado_readinto.framing` whose frames are those
+of distributed's ``to_frames`` (split into shards of
+``distributed.comm.shard`` bytes, as tcp.py does), ``P`` computed exactly as
+tcp.py computes it (`~tornado_readinto.framing.prefixed_message_header`).
+So the ``readinto://`` scheme is only another name for the same bytes, and
+`tornado_readinto.dask_tcp` serves distributed's own ``tcp://`` and
+``tls://`` with these classes, byte-compatible with stock peers.  Each frame
+is received into its own buffer (`~tornado_readinto.allocators.recycling_allocator`:
+no memset, and buffers of 4 MiB and more are reused once nothing references
+them, sparing the kernel's page zeroing), which the deserialized objects
+(numpy arrays…) then use without a copy; every size is checked against the
+limits before anything is allocated, and a bad ``P`` or length closes the
+comm with a clear error.
 
 This module imports distributed; ``import tornado_readinto`` never does.
 
@@ -40,7 +45,7 @@ from collections.abc import Awaitable, Generator
 from typing import Any, Callable, ClassVar, Final, NoReturn
 
 import dask
-from dask.utils import parse_timedelta
+from dask.utils import parse_bytes, parse_timedelta
 from distributed.comm.core import BaseListener, Comm, CommClosedError, Connector, FatalCommClosedError
 from distributed.comm.registry import Backend
 from distributed.comm.utils import ensure_concrete_host, from_frames, to_frames
@@ -75,14 +80,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``frame_split_size`` given to distributed's serializer over plain TCP: in
-#: effect "never split".  distributed's own TCP comm splits buffers into
-#: 64 MiB shards but receives a message into few buffers, so the shards of one
-#: buffer are adjacent and re-joined without a copy.  Here every frame is
-#: received into its own buffer, so shards would be re-joined by a copy, and
-#: plain sockets need no small frames (``sendmsg`` views are clipped to
-#: 16 MiB by the stream; distributed's compressor skips frames over 2 GiB).
-_NO_SPLIT = 1 << 62  # bytes
+#: dask config key of the shard size (``frame_split_size``) of distributed's
+#: serializer, honoured as tcp.py honours it (64 MiB by default).  tcp.py
+#: reads it once, at import; here every comm reads it when it is made.
+SHARD_CONFIG: Final = "distributed.comm.shard"
 
 #: dask config key of the busy-poll budget of the backend's streams (a
 #: timedelta such as ``"50us"``, see
@@ -145,10 +146,14 @@ def stream_kwargs() -> dict[str, Any]:
     return {"busy_poll_s": seconds}
 
 
-#: The same over TLS: a TLS stream hands each queued frame to one
-#: ``SSLSocket.send``, and Python 3.9's ``ssl`` refuses buffers over
-#: ``INT_MAX`` bytes (distributed's TLS comm caps its shards the same way).
-_TLS_SPLIT = (1 << 31) - 1  # bytes
+#: The largest shard over TLS: distributed's TLS comm caps its shards at
+#: ``C_INT_MAX`` (an OpenSSL 1.0.2 workaround); the same cap keeps the same frames.
+_TLS_MAX_SHARD = (1 << 31) - 1  # bytes
+
+
+def _shard_nbytes(tls: bool) -> int:
+    nbytes = int(parse_bytes(dask.config.get(SHARD_CONFIG)))
+    return min(_TLS_MAX_SHARD, nbytes) if tls else nbytes
 
 
 def convert_stream_closed_error(obj: Any, exc: BaseException) -> NoReturn:
@@ -181,8 +186,10 @@ _CONNECTION_ERRORS: Final = (StreamClosedError, ssl.SSLError, FramingError)
 
 def _set_tcp_keepalive(sock: socket.socket) -> None:
     """Let the kernel notice a dead peer within ``distributed.comm.timeouts.tcp``
-    (30 s by default); see `tornado_readinto._net.set_tcp_keepalive`."""
-    set_tcp_keepalive(sock, int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds")))
+    (30 s by default), with tcp.py's keepalive schedule; see
+    `tornado_readinto._net.set_tcp_keepalive`."""
+    timeout_s = int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds"))
+    set_tcp_keepalive(sock, timeout_s, like_distributed=True)
 
 
 def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
@@ -202,8 +209,8 @@ class ReadIntoComm(FramedChannel, Comm):
     .. versionadded:: 0.1
     """
 
-    #: See `_NO_SPLIT`.
-    frame_split_size: ClassVar[int] = _NO_SPLIT
+    #: Whether ``max_shard_size`` takes TLS's cap (see `_TLS_MAX_SHARD`).
+    _tls: ClassVar[bool] = False
 
     def __init__(self, stream: ReadIntoIOStream, local_addr: str, peer_addr: str, deserialize: bool = True) -> None:
         self._closed = False
@@ -212,7 +219,11 @@ class ReadIntoComm(FramedChannel, Comm):
         self._peer_addr = peer_addr
         self._stream = stream
         super().__init__(deserialize=deserialize)
-        self._framed = FramedStream(stream, allocator=recycling_allocator)
+        #: distributed's shard size at the time the comm was made (`SHARD_CONFIG`);
+        #: the ``frame_split_size`` of each write.  Named as on tcp.py's comm,
+        #: where code written for it sets it per comm.
+        self.max_shard_size = _shard_nbytes(self._tls)
+        self._framed = FramedStream(stream, allocator=recycling_allocator, nosplit_prefix=True)
         self._extra: dict[str, Any] = {}
         if stream.socket is not None and stream.socket.family in (socket.AF_INET, socket.AF_INET6):
             stream.set_nodelay(True)
@@ -287,7 +298,7 @@ class ReadIntoComm(FramedChannel, Comm):
             serializers=serializers,
             on_error=on_error,
             context={"sender": self.local_info, "recipient": self.remote_info, **self.handshake_options},
-            frame_split_size=self.frame_split_size,
+            frame_split_size=self.max_shard_size,
         )
         try:
             return await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
@@ -323,7 +334,7 @@ class ReadIntoTLSComm(ReadIntoComm):
     """`ReadIntoComm` over TLS; ``extra_info`` holds the peer's certificate
     (``peercert``) and the ``cipher``."""
 
-    frame_split_size: ClassVar[int] = _TLS_SPLIT
+    _tls: ClassVar[bool] = True
 
     def _read_extra(self) -> None:
         sock: Any = self._stream.socket
@@ -345,6 +356,8 @@ _ALREADY_DONE: Final = _Done()
 class _EncryptionCheck:
     prefix: ClassVar[str]
     encrypted: ClassVar[bool]
+    #: The scheme an error message suggests when encryption is required.
+    tls_scheme: ClassVar[str] = "readinto-tls"
 
     def _check_encryption(self, address: str, connection_args: dict[str, Any]) -> ssl.SSLContext | None:
         """Check the connection args against this scheme, raising
@@ -356,7 +369,7 @@ class _EncryptionCheck:
         check_encryption(
             self.prefix + address,
             tls=self.encrypted,
-            tls_scheme="readinto-tls",
+            tls_scheme=self.tls_scheme,
             ssl_context=ssl_context,
             require_encryption=bool(connection_args.get("require_encryption")),
             refuse_unused_context=False,

@@ -24,6 +24,7 @@ from .framing import (
     Allocator,
     FrameReader,
     message_header,
+    prefixed_message_header,
 )
 from .iostream import ReadIntoIOStream
 
@@ -47,6 +48,11 @@ class FramedStream:
         receives no byte for between this long and 1.5 times this long fails
         with `ReadTimeoutError` and the stream is closed.  Costs one timer
         callback per half timeout while the stream is open; nothing per read.
+    :arg nosplit_prefix: speak distributed's ``tcp://`` byte stream: each
+        message starts with tcp.py's ``P`` field, written as tcp.py computes
+        it and checked on receipt (`tornado_readinto.framing.prefixed_message_header`).
+
+        .. versionadded:: 0.1
 
     A header over a limit makes `read_frames` fail with `FrameTooLargeError`
     before anything is allocated for that message, and closes the stream.
@@ -63,6 +69,7 @@ class FramedStream:
         max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
         max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
         read_idle_timeout: float | None = None,
+        nosplit_prefix: bool = False,
     ) -> None:
         if not isinstance(stream, ReadIntoIOStream):
             raise TypeError(f"FramedStream needs a ReadIntoIOStream, got {type(stream).__name__}")
@@ -72,7 +79,9 @@ class FramedStream:
             max_frames=max_frames,
             max_frame_nbytes=max_frame_nbytes,
             max_message_nbytes=max_message_nbytes,
+            nosplit_prefix=nosplit_prefix,
         )
+        self._message_header = prefixed_message_header if nosplit_prefix else message_header
         if read_idle_timeout is not None and not read_idle_timeout > 0:
             raise ValueError(f"read_idle_timeout must be > 0 seconds, got {read_idle_timeout}")
         self.read_idle_timeout = read_idle_timeout
@@ -120,7 +129,7 @@ class FramedStream:
         return wire_nbytes
 
     def _queue(self, frames: Sequence[Any]) -> tuple[Future[None], int]:
-        header, wire_nbytes = message_header(frames)
+        header, wire_nbytes = self._message_header(frames)
         return self.stream.writelines([header, *frames]), wire_nbytes
 
     def read_frames(self) -> Future[list[memoryview]]:

@@ -5,7 +5,7 @@
 #
 # The reader's stages (framing.py's "Strategy" has them in full):
 #
-#            8 bytes           8 * nframes bytes        each frame, in order
+#   8 bytes (16 with P)        8 * nframes bytes        each frame, in order
 #   ---> COUNT ----------> LENGTHS --------------> FRAMES ----------------> DONE
 #          ^   nframes == 0: DONE                                           |
 #          +--------------------- next_message() --------------------------+
@@ -86,12 +86,12 @@ cdef inline unsigned long long _get_u64le(const unsigned char *p) noexcept:
 
 # FrameReader._feed_whole_message's header parse in the compiled build (the
 # pure build unpacks with struct): the frame sizes of the message that
-# `view[:end]` starts with, as a tuple of ints, with their sum and the largest
+# `view[offset:end]` starts with (offset: 8 past tcp.py's P field, else 0), as a tuple of ints, with their sum and the largest
 # written to *total and *largest; None unless the header is all there, of 1 to
 # max_nframes frames (_SMALL_LENGTHS_NFRAMES), each under 2**56 bytes (a
 # larger frame cannot be whole in memory: the general path reports it, or
 # waits for it).  No limit is checked here.
-cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t max_nframes,
+cdef inline tuple _small_lengths_c(object view, Py_ssize_t offset, Py_ssize_t end, Py_ssize_t max_nframes,
                                    Py_ssize_t *total, Py_ssize_t *largest):
     cdef Py_buffer b
     cdef const unsigned char *p
@@ -104,9 +104,10 @@ cdef inline tuple _small_lengths_c(object view, Py_ssize_t end, Py_ssize_t max_n
     cdef object item
     PyObject_GetBuffer(view, &b, PyBUF_SIMPLE)
     try:
-        if end < 8 or end > b.len:
+        if offset < 0 or end < offset + 8 or end > b.len:
             return None
-        p = <const unsigned char *>b.buf
+        p = <const unsigned char *>b.buf + offset
+        end -= offset
         nframes = _get_u64le(p)
         if nframes == 0 or nframes > <unsigned long long>max_nframes or <unsigned long long>end < 8 * (nframes + 1):
             return None
@@ -133,8 +134,9 @@ cdef class FrameReader:
     cdef object _max_frames
     cdef object _max_frame_nbytes
     cdef object _max_message_nbytes
+    cdef Py_ssize_t _prefix_nbytes            # 8: each message starts with tcp.py's P field; else 0
     # -- buffers of the header, allocated once and reused --
-    cdef object _count_view                   # memoryview of 8 bytes: a count split across receives
+    cdef object _count_view                   # memoryview of 8 (16 with P) bytes: a count split across receives
     cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message
     cdef object _error                        # the exception that poisoned the reader, or None
     cdef object __weakref__
@@ -142,6 +144,7 @@ cdef class FrameReader:
     cdef int _stage                           # _COUNT, _LENGTHS, _FRAMES, _DONE, _POISONED
     cdef Py_ssize_t _header_filled            # bytes of the COUNT or LENGTHS stage received
     cdef object _nframes                      # int (checked against max_frames), or None
+    cdef object _prefix                       # the P field (an int from the wire: checked, never a size)
     cdef object _lengths_view                 # where split lengths are copied, or None
     cdef tuple _lengths                       # the frame sizes (ints), () until they arrive
     cdef list _frames                         # memoryviews of the frames allocated so far
@@ -159,17 +162,19 @@ cdef class FrameReader:
     @cython.locals(handed=Py_ssize_t, stage=int)
     cpdef object buffer_updated(self, object nbytes)
     @cython.locals(end=Py_ssize_t, pos=Py_ssize_t, consumed=Py_ssize_t, stage=int, index=Py_ssize_t,
-                   frames=list, filled=Py_ssize_t, take=Py_ssize_t)
+                   frames=list, filled=Py_ssize_t, take=Py_ssize_t, count_nbytes=Py_ssize_t)
     cpdef Py_ssize_t feed(self, object data) except -1
     @cython.locals(frames=list)
     cpdef object next_message(self)
     # Internals (no Python call).
     cdef object _reset(self)
-    @cython.locals(frames=list, pos=Py_ssize_t, index=Py_ssize_t, c_total=Py_ssize_t, c_largest=Py_ssize_t)
+    @cython.locals(frames=list, pos=Py_ssize_t, index=Py_ssize_t, c_total=Py_ssize_t, c_largest=Py_ssize_t,
+                   offset=Py_ssize_t)
     cdef Py_ssize_t _feed_whole_message(self, object view, Py_ssize_t end) except -1
     cdef object _check_usable(self)
     cdef object _poison(self, object error)
     cdef object _get_lengths_view(self)
+    cdef object _got_count_at(self, object view, Py_ssize_t pos)
     cdef object _got_count(self, object nframes)
     cdef object _got_lengths(self, tuple lengths)
     @cython.locals(lengths=tuple, index=Py_ssize_t, filled=Py_ssize_t, nframes=Py_ssize_t)

@@ -20,10 +20,15 @@ drive the same `FrameReader`.
 # ``bytes``; the frames themselves are sent as they are, by reference, so this
 # module never touches payload bytes on the way out.
 #
+# distributed's tcp:// comm sends one more field first, P (a u64: the prelude
+# plus the leading frames it sends together, `prefixed_message_header`); with
+# ``nosplit_prefix`` the COUNT stage takes it too, and P is checked against
+# the lengths once they arrive, but never used as a size.
+#
 # Reading is a state machine with four stages, each of which needs an exactly
 # known number of bytes:
 #
-#   COUNT    8 bytes: nframes                      -> check max_frames
+#   COUNT    8 bytes: nframes (16: P, nframes)     -> check max_frames
 #   LENGTHS  8 * nframes bytes: the frame sizes    -> check max_frame_nbytes
 #                                                     and max_message_nbytes
 #   FRAMES   each frame, in order, straight into a buffer from the allocator
@@ -83,7 +88,9 @@ __all__ = [
     "MessageReader",
     "frames_nbytes",
     "message_header",
+    "nosplit_nbytes",
     "pack_header",
+    "prefixed_message_header",
 ]
 
 # -- wire format ------------------------------------------------------------
@@ -103,6 +110,11 @@ COUNT_NBYTES: Final = _U64.size  # 8
 
 #: Size of each ``nbytes[i]`` field.
 LENGTH_NBYTES: Final = _U64.size  # 8
+
+
+#: Size of the optional ``P`` field in front of a message (``nosplit_prefix``):
+#: distributed's ``tcp://`` comm sends it first (see `prefixed_message_header`).
+PREFIX_NBYTES: Final = _U64.size  # 8
 
 
 def _lengths_format(nframes: int) -> str:
@@ -242,6 +254,63 @@ def message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
     return pack_header(nbytes), 8 * (1 + nframes) + sum(nbytes)
 
 
+def nosplit_nbytes(frames: Sequence[Any], frame_nbytes: Sequence[int]) -> int:
+    """Return the bytes of the leading frames that distributed's ``tcp://``
+    comm sends (and its reader receives) together with the prelude.
+
+    This is ``frames_nbytes_nosplit`` of ``distributed/comm/tcp.py``
+    (``_add_frames_header``), rule for rule: ``bytes`` frames (and
+    memoryviews of ``bytes``) are always included; the first other buffer is
+    included unless what precedes it is over ``max(2048, 5 % of it)``; its
+    shards (views of the same object) follow it; the first frame after that
+    which is another buffer ends the run.
+
+    Cost: one pass over the frames, no copy.
+
+    .. versionadded:: 0.1
+    """
+    total = 0
+    first_uncompressed: object = None
+    for frame, nbytes in zip(frames, frame_nbytes):
+        buffer = frame.obj if isinstance(frame, memoryview) else frame
+        if not isinstance(buffer, bytes):
+            if first_uncompressed is None:
+                if total > max(2048, nbytes * 0.05):
+                    break
+                first_uncompressed = buffer
+            elif first_uncompressed is not buffer:
+                break
+        total += nbytes
+    return total
+
+
+def prefixed_message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
+    """`message_header` for distributed's ``tcp://`` byte stream: the header
+    starts with ``P:u64le``, the prelude's size plus `nosplit_nbytes`, exactly
+    as ``distributed/comm/tcp.py`` computes it, so that a stock receiver
+    reads the same single-buffer prefix that a stock sender would give it::
+
+        message = P, nframes, nbytes[0] ... nbytes[nframes-1], frame[0] ... frame[nframes-1]
+
+    Returns the header and the bytes the whole message takes on the wire
+    (what ``TCP.write`` returns).
+
+    Cost: the header ``bytes`` and one pass over the frames; no copy of any
+    frame.
+
+    .. versionadded:: 0.1
+    """
+    nbytes = frames_nbytes(frames)
+    nframes = len(nbytes)
+    prelude_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+    prefix = prelude_nbytes + nosplit_nbytes(frames, nbytes)
+    try:
+        header = _lengths_struct(nframes + 2).pack(prefix, nframes, *nbytes)
+    except struct.error as exc:
+        raise ValueError(f"frame sizes must be integers in [0, 2**64): {exc}") from None
+    return header, PREFIX_NBYTES + prelude_nbytes + sum(nbytes)
+
+
 # -- reading -----------------------------------------------------------------
 
 # The reader's stages (see "Strategy" above).
@@ -331,6 +400,12 @@ class FrameReader:
     :arg max_frame_nbytes: the largest frame, in bytes.
     :arg max_message_nbytes: the largest total of a message's frame sizes, in
         bytes (the header is not counted).
+    :arg nosplit_prefix: each message starts with distributed's ``tcp://``
+        field ``P`` (see `prefixed_message_header`): the reader checks that P
+        is the prelude plus whole leading frames (else `FramingError`) and
+        otherwise ignores it: every frame still lands in its own buffer.
+
+        .. versionadded:: 0.1
     :raises ValueError: for a negative limit.
     :raises TypeError: for a limit that is not an int, or an allocator that is
         not callable.
@@ -344,6 +419,8 @@ class FrameReader:
         "_max_frames",
         "_max_frame_nbytes",
         "_max_message_nbytes",
+        # 8 when each message starts with tcp.py's P field, else 0
+        "_prefix_nbytes",
         # buffers of the header, reused for every message
         "_count_view",
         "_small_lengths_view",
@@ -353,6 +430,7 @@ class FrameReader:
         "_stage",
         "_header_filled",
         "_nframes",
+        "_prefix",
         "_lengths_view",
         "_lengths",
         "_frames",
@@ -372,6 +450,7 @@ class FrameReader:
         max_frames: int = DEFAULT_MAX_FRAMES,
         max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
         max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+        nosplit_prefix: bool = False,
     ) -> None:
         if allocator is not None and not callable(allocator):
             raise TypeError(f"allocator must be callable, not {type(allocator).__name__}")
@@ -379,8 +458,9 @@ class FrameReader:
         self._max_frames = _check_limit("max_frames", max_frames)
         self._max_frame_nbytes = _check_limit("max_frame_nbytes", max_frame_nbytes)
         self._max_message_nbytes = _check_limit("max_message_nbytes", max_message_nbytes)
+        self._prefix_nbytes = PREFIX_NBYTES if nosplit_prefix else 0
         # Allocated once per reader and reused for every message.
-        self._count_view = memoryview(bytearray(COUNT_NBYTES))
+        self._count_view = memoryview(bytearray(self._prefix_nbytes + COUNT_NBYTES))
         self._small_lengths_view = memoryview(bytearray(LENGTH_NBYTES * _SMALL_LENGTHS_NFRAMES))
         self._error: BaseException | None = None
         self._reset()
@@ -390,13 +470,14 @@ class FrameReader:
         # bytes received of the current header stage (COUNT or LENGTHS)
         self._header_filled = 0
         self._nframes: int | None = None
+        self._prefix = 0  # the P field (nosplit_prefix), an int from the wire
         self._lengths_view: memoryview | None = None
         self._lengths: tuple[int, ...] = ()
         self._frames: list[memoryview] = []
         # index of the frame being filled, and its bytes received so far
         self._frame_index = 0
         self._frame_filled = 0
-        self._expected = COUNT_NBYTES
+        self._expected = self._prefix_nbytes + COUNT_NBYTES
         self._received = 0
         # bytes handed out by the last get_buffer()/get_buffers()
         self._handed = 0
@@ -574,8 +655,8 @@ class FrameReader:
             self._frames_received(nbytes)
         elif stage == _COUNT:
             self._header_filled += nbytes
-            if self._header_filled == COUNT_NBYTES:
-                self._got_count(_U64.unpack(self._count_view)[0])
+            if self._header_filled == self._prefix_nbytes + COUNT_NBYTES:
+                self._got_count_at(self._count_view, 0)
         else:  # _LENGTHS: DONE hands out nothing, so nbytes == 0 returned above
             self._header_filled += nbytes
             lengths_view = self._get_lengths_view()
@@ -608,7 +689,8 @@ class FrameReader:
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
         end = view.nbytes
-        if self._stage == _COUNT and not self._header_filled and end >= COUNT_NBYTES + LENGTH_NBYTES:
+        count_nbytes = self._prefix_nbytes + COUNT_NBYTES
+        if self._stage == _COUNT and not self._header_filled and end >= count_nbytes + LENGTH_NBYTES:
             consumed = self._feed_whole_message(view, end)
             if consumed:
                 return consumed
@@ -627,17 +709,16 @@ class FrameReader:
                     self._frames_received(take)
                 elif stage == _COUNT:
                     filled = self._header_filled
-                    if filled == 0 and end - pos >= COUNT_NBYTES:
-                        (nframes,) = _U64.unpack_from(view, pos)
-                        pos += COUNT_NBYTES
-                        self._got_count(nframes)
+                    if filled == 0 and end - pos >= count_nbytes:
+                        pos += count_nbytes
+                        self._got_count_at(view, pos - count_nbytes)
                     else:
-                        take = min(COUNT_NBYTES - filled, end - pos)
+                        take = min(count_nbytes - filled, end - pos)
                         self._count_view[filled : filled + take] = view[pos : pos + take]
                         pos += take
                         self._header_filled = filled + take
-                        if self._header_filled == COUNT_NBYTES:
-                            self._got_count(_U64.unpack(self._count_view)[0])
+                        if self._header_filled == count_nbytes:
+                            self._got_count_at(self._count_view, 0)
                 elif stage == _LENGTHS:
                     filled = self._header_filled
                     nframes = self._nframes
@@ -668,15 +749,16 @@ class FrameReader:
         of at most 64 frames that passes the limits, copy its frames into
         their buffers and return its size; else return 0 (and change
         nothing) for the general path, which also reports what is wrong."""
+        offset = self._prefix_nbytes
         if cython.compiled:  # the header parsed in C (framing.pxd), the limits as below
             c_total = c_largest = 0
             lengths = _small_lengths_c(  # type: ignore[name-defined]  # noqa: F821
-                view, end, _SMALL_LENGTHS_NFRAMES, cython.address(c_total), cython.address(c_largest)  # type: ignore[attr-defined]
+                view, offset, end, _SMALL_LENGTHS_NFRAMES, cython.address(c_total), cython.address(c_largest)  # type: ignore[attr-defined]
             )
             if lengths is None:
                 return 0
             nframes = len(lengths)
-            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+            header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
             message_nbytes = header_nbytes + c_total
             if (
                 nframes > self._max_frames
@@ -686,15 +768,17 @@ class FrameReader:
             ):
                 return 0
         else:
-            (nframes,) = _U64.unpack_from(view, 0)
-            header_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+            (nframes,) = _U64.unpack_from(view, offset)
+            header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
             if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or nframes > self._max_frames or end < header_nbytes:
                 return 0
-            lengths = _lengths_struct(nframes).unpack_from(view, COUNT_NBYTES)
+            lengths = _lengths_struct(nframes).unpack_from(view, offset + COUNT_NBYTES)
             total = sum(lengths)
             message_nbytes = header_nbytes + total
             if end < message_nbytes or total > self._max_message_nbytes or max(lengths) > self._max_frame_nbytes:
                 return 0
+        if offset and not _prefix_ok(_U64.unpack_from(view, 0)[0], lengths):
+            return 0  # the general path reports it
         self._nframes = nframes
         self._lengths = lengths
         self._expected = message_nbytes
@@ -768,12 +852,24 @@ class FrameReader:
             self._lengths_view = view
         return view
 
+    def _got_count_at(self, view: Any, pos: int) -> None:
+        """The count stage is whole in ``view`` at ``pos``: P (with
+        ``nosplit_prefix``), then nframes."""
+        if self._prefix_nbytes:
+            self._prefix = _U64.unpack_from(view, pos)[0]
+            pos += PREFIX_NBYTES
+        self._got_count(_U64.unpack_from(view, pos)[0])
+
     def _got_count(self, nframes: int) -> None:
         if nframes > self._max_frames:
             raise self._poison(FrameTooLargeError("max_frames", nframes, self._max_frames))
+        if self._prefix_nbytes and self._prefix < COUNT_NBYTES + LENGTH_NBYTES * nframes:
+            raise self._poison(_prefix_error(self._prefix, nframes))
         self._nframes = nframes
         self._header_filled = 0
         if nframes == 0:
+            if self._prefix_nbytes and self._prefix != COUNT_NBYTES:
+                raise self._poison(_prefix_error(self._prefix, 0))
             self._stage = _DONE
         else:
             self._stage = _LENGTHS
@@ -787,6 +883,8 @@ class FrameReader:
         total = sum(lengths)
         if total > self._max_message_nbytes:
             raise self._poison(FrameTooLargeError("max_message_nbytes", total, self._max_message_nbytes))
+        if self._prefix_nbytes and not _prefix_ok(self._prefix, lengths):
+            raise self._poison(_prefix_error(self._prefix, len(lengths)))
         self._lengths = lengths
         self._lengths_view = None  # drop a large lengths buffer right away
         self._header_filled = 0
@@ -857,3 +955,25 @@ class FrameReader:
             self._poison(exc)
             raise
         return view
+
+
+
+def _prefix_ok(prefix: int, lengths: tuple[int, ...]) -> bool:
+    """Whether ``prefix`` (tcp.py's P) is the prelude of a message of these
+    frame sizes plus some whole leading frames, as every stock sender writes
+    it.  A stock reader would ``assert`` on any other P, or first allocate
+    whatever it says; this reader never uses P for a size."""
+    remaining = prefix - COUNT_NBYTES - LENGTH_NBYTES * len(lengths)
+    for nbytes in lengths:
+        if remaining <= 0:
+            break
+        remaining -= nbytes
+    return remaining == 0
+
+
+def _prefix_error(prefix: int, nframes: int) -> FramingError:
+    prelude_nbytes = COUNT_NBYTES + LENGTH_NBYTES * nframes
+    return FramingError(
+        f"bad message prefix: P={prefix} is not the {prelude_nbytes}-byte prelude of {nframes} frames "
+        "plus whole leading frames"
+    )
