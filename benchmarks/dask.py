@@ -64,8 +64,19 @@ from benchmarks import harness as h
 from benchmarks.harness import check
 from benchmarks.harness import plot as plots
 
-#: ``--pair`` names -> (baseline protocol, readinto protocol).
-PAIRS: dict[str, tuple[str, str]] = {"tcp": ("tcp", "readinto"), "tls": ("tls", "readinto-tls")}
+#: ``--pair`` names -> (baseline protocol, readinto protocol).  A protocol
+#: ending in `SWITCHED` is distributed's own scheme with the switch on
+#: (`tornado_readinto.dask_switch`) in the side's scheduler, client and
+#: workers: the same addresses, this package's comms.
+PAIRS: dict[str, tuple[str, str]] = {
+    "tcp": ("tcp", "readinto"),
+    "tls": ("tls", "readinto-tls"),
+    "switch": ("tcp", "tcp+switch"),
+    "switch-tls": ("tls", "tls+switch"),
+}
+
+#: The suffix of a switched side's protocol name (see `PAIRS`).
+SWITCHED = "+switch"
 
 #: The readinto side's protocols: ``--env`` applies to their clusters only.
 READINTO_PROTOCOLS = tuple(readinto for _, readinto in PAIRS.values())
@@ -118,6 +129,8 @@ FRESH_CLUSTER_WORKLOADS = ("transfer-cold", "busy-worker")
 PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {
     "tcp": WORKLOADS,
     "tls": ("rpc", "transfer", "transfer-cold", "busy-worker"),
+    "switch": ("rpc", "transfer", "transfer-cold"),
+    "switch-tls": ("rpc", "transfer", "transfer-cold"),
 }
 
 #: The busy-worker cluster: one worker process, both of its threads busy.
@@ -544,6 +557,42 @@ def environ(env: Mapping[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def switched(on: bool) -> Iterator[None]:
+    """With ``on``, this process's new ``tcp://``/``tls://`` comms and
+    listeners are this package's, and the processes it spawns meanwhile get
+    the switch's preloads through dask config (`dask_switch.switch_on`);
+    both are undone on exit, so that the other side's cluster, made next,
+    is stock.  Comms made while it was on keep their class."""
+    if not on:
+        yield
+        return
+    from tornado_readinto import dask_switch
+
+    dask_switch.switch_on()
+    try:
+        yield
+    finally:
+        dask_switch.switch_off()
+
+
+def check_switched(client: Any, on: bool) -> None:
+    """Every worker's and the scheduler's listener is the switched class
+    (``on``), or none is (`dask_switch.verify`, asked of each process; the
+    scheduler runs in this process, whose registry `switched` has already
+    put back)."""
+    if "tornado_readinto.dask_switch" not in sys.modules:
+        check(not on, "the switch was never imported")
+        return
+    from tornado_readinto import dask_switch
+
+    report = dask_switch.verify(client)
+    processes = [report["scheduler"], *report["workers"].values()]
+    states = {p.get("listener_switched", False) for p in processes}
+    states |= {w["switched"] for w in report["workers"].values()}
+    check(states == {on}, f"switched should be {on} in every process: {report}")
+
+
+@contextlib.contextmanager
 def open_side(
     protocol: str,
     security: Any,
@@ -556,9 +605,10 @@ def open_side(
 
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
     env = side_env(protocol, args)
-    with environ(env):  # LocalCluster starts (and spawns its workers) in __init__
+    scheme = protocol.removesuffix(SWITCHED)
+    with environ(env), switched(protocol != scheme):  # LocalCluster starts (and spawns its workers) in __init__
         cluster = LocalCluster(
-            protocol=f"{protocol}://",
+            protocol=f"{scheme}://",
             n_workers=n_workers,
             threads_per_worker=threads_per_worker,
             processes=True,
@@ -568,11 +618,14 @@ def open_side(
             **kwargs,
             **cluster_kwargs,
         )
-    with cluster, Client(cluster, timeout="60s", **kwargs) as client:
+        with switched(protocol != scheme):
+            client = Client(cluster, timeout="60s", **kwargs)
+    with cluster, client:
         client.wait_for_workers(n_workers, timeout=120)
         workers = sorted(client.scheduler_info()["workers"])
-        check(all(w.startswith(f"{protocol}://") for w in workers), f"workers not on {protocol}://: {workers}")
-        check(client.scheduler.address.startswith(f"{protocol}://"), f"scheduler at {client.scheduler.address}")
+        check(all(w.startswith(f"{scheme}://") for w in workers), f"workers not on {scheme}://: {workers}")
+        check(client.scheduler.address.startswith(f"{scheme}://"), f"scheduler at {client.scheduler.address}")
+        check_switched(client, protocol != scheme)
         names = sorted(getattr(args, "env", None) or {})  # both sides say what their workers see
         seen = list(client.run(environ_of, names).values()) if names else [{}]
         check(all(s == seen[0] for s in seen), f"the workers disagree on {names}: {seen}")
@@ -783,8 +836,10 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         p.add_argument(
             "--pair",
             type=h.csv(h.choice("pair", PAIRS)),
-            default=list(PAIRS),
-            help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://); default both",
+            default=["tcp", "tls"],
+            help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://), switch"
+            " (stock tcp:// vs tcp:// with the switch on in every process), switch-tls (the same for tls://);"
+            " default tcp,tls",
         )
         p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
         p.add_argument("--rpc", type=h.positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")

@@ -325,3 +325,22 @@ def test_bench_dask_transfer_cold_tiny_real_run(tmp_path: Path, monkeypatch: pyt
     assert rows[0]["repeats"][0]["worker_env"] == {"BENCH_DASK_PROBE": None}
     assert rows[1]["repeats"][0]["worker_env"] == {"BENCH_DASK_PROBE": "on"}
     assert rows[1]["x_baseline"] > 0
+
+
+def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
+    """The switch pair: stock tcp:// against tcp:// with the switch on in
+    every process of its side (`open_side` checks each process's listener
+    through ``dask_switch.verify``, and fails the side otherwise); both rows
+    pass their own checks, and this process is stock again afterwards."""
+    from tornado_readinto import dask_switch
+
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "rpc,transfer", "--pair", "switch", "--repeat", "1", "--warmup", "0",
+            "--transfer-size", "1MiB", "--rpc", "50", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    assert not dask_switch.is_switched()
+    rows = json.loads(path.read_text())["results"]
+    assert [(r["workload"], r["protocol"]) for r in rows] == [
+        ("rpc", "tcp"), ("rpc", "tcp+switch"), ("transfer", "tcp"), ("transfer", "tcp+switch")
+    ]  # fmt: skip
+    assert all(r["status"] == "ok" and r["value"]["median"] > 0 for r in rows), rows
