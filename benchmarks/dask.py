@@ -764,7 +764,7 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
             workloads = [w for w in args.workload if w in PAIR_WORKLOADS[pair]]
             if not workloads:
                 continue
-            security = make_security(tmp) if pair == "tls" else None
+            security = make_security(tmp) if baseline == "tls" else None
             runnable = []
             for workload in workloads:
                 reason = shuffle_unavailable() if workload == "shuffle" else None
