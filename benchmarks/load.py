@@ -453,9 +453,9 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "saturation each message pays its own wake-up, and msgs/s well below offered means the server\n"
             "could not keep up; x asyncio-streams / x stock: loop us/msg relative to that server on the\n"
             "same loop in the same case of this run, GIL thread and TLS included (lower is cheaper);\n"
-            "msgs/s x stock: msgs/s relative to stock's (higher is faster); sysc/msg: the server's system\n"
-            "calls per echoed message over the whole run (--count-syscalls; by name on the progress line and\n"
-            "in the JSON)."
+            "msgs/s x stock: msgs/s relative to stock's (higher is faster);\n"
+            "sysc/msg: the server's system calls per echoed message over the whole run (--count-syscalls;\n"
+            "by name on the progress line and in the JSON)."
         )
 
     def label(self, r: LoadResult) -> str:
