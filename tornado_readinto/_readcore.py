@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._tornado_compat import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
 from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
-from .framing import NEED_DATA, FrameReader, MessageReader
+from .framing import _ANY_NBYTES, NEED_DATA, FrameReader, MessageReader
 
 if TYPE_CHECKING:
     from . import _cyshim as cython
@@ -142,6 +142,9 @@ class _ForeignReader(FrameReader):
 
     def describe_progress(self) -> str:
         return self.reader.describe_progress()
+
+    def next_nbytes(self) -> int:
+        return _ANY_NBYTES  # (get_buffer says: a MessageReader has no next_nbytes)
 
     def get_buffer(self) -> memoryview:
         return self.reader.get_buffer()
@@ -575,12 +578,15 @@ class ReadCore:
                 return view
         elif mode == _MESSAGE:
             assert self._reader is not None
-            view = self._reader.get_buffer()
-            if len(view) >= self.direct_min_nbytes:
-                self._lent = view
-                self._direct = True
-                return view
-            view.release()
+            # (no view made and nothing allocated for a stage that is too
+            # small to receive in place: a header, a small frame)
+            if self._reader.next_nbytes() >= self.direct_min_nbytes:
+                view = self._reader.get_buffer()
+                if len(view) >= self.direct_min_nbytes:
+                    self._lent = view
+                    self._direct = True
+                    return view
+                view.release()
         size = self.buffered_nbytes
         if mode == _IDLE:
             # Read ahead, but never past read_chunk_size bytes.

@@ -134,8 +134,8 @@ cdef class FrameReader:
     cdef object _max_frame_nbytes
     cdef object _max_message_nbytes
     # -- buffers of the header, allocated once and reused --
-    cdef object _count_view                   # memoryview of 8 bytes: a count split across receives
-    cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message
+    cdef object _count_view                   # memoryview of 8 bytes: a count split across receives, or None
+    cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message, or None
     cdef object _error                        # the exception that poisoned the reader, or None
     cdef object __weakref__
     # -- the current message --
@@ -153,6 +153,8 @@ cdef class FrameReader:
 
     # The BufferedProtocol shape (ReadCore calls these).
     @cython.locals(stage=int)
+    cpdef object next_nbytes(self)
+    @cython.locals(stage=int)
     cpdef object get_buffer(self)
     @cython.locals(handed=Py_ssize_t, index=Py_ssize_t, nframes=Py_ssize_t, lengths=tuple, views=list)
     cpdef list get_buffers(self, object max_buffers)
@@ -169,6 +171,7 @@ cdef class FrameReader:
     cdef Py_ssize_t _feed_whole_message(self, object view, Py_ssize_t end) except -1
     cdef object _check_usable(self)
     cdef object _poison(self, object error)
+    cdef object _get_count_view(self)
     cdef object _get_lengths_view(self)
     cdef object _got_count(self, object nframes)
     cdef object _got_lengths(self, tuple lengths)
