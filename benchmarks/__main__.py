@@ -21,6 +21,7 @@ SUITES = {
     "http": "benchmarks.http",
     "dask": "benchmarks.dask",
     "dask_profile": "benchmarks.dask_profile",
+    "idle": "benchmarks.idle",
 }
 
 
