@@ -272,8 +272,9 @@ class IdleSuite(h.TableSuite[str, Result]):
             for index in range(args.connections):
                 socks.append(connect_and_echo(port, index))
             after, served = ask()
-            if served != WARMUP_CONNECTIONS + args.connections:
-                raise RuntimeError(f"the server echoed {served} messages, expected {WARMUP_CONNECTIONS + args.connections}")
+            expected = WARMUP_CONNECTIONS + args.connections
+            if served != expected:
+                raise RuntimeError(f"the server echoed {served} messages, expected {expected}")
             result.repeats.append(
                 {"rss_before": before, "rss_after": after, "per_connection": (after - before) / args.connections}
             )
