@@ -22,6 +22,7 @@ SUITES = {
     "dask": "benchmarks.dask",
     "dask_profile": "benchmarks.dask_profile",
     "check": "benchmarks.check",
+    "idle": "benchmarks.idle",
 }
 
 

@@ -233,6 +233,11 @@ class Engine:
     #: Receives per receive loop: all but a loop's last say ``more=True``,
     #: and the loop ends with ``search()``, as the selector engine does.
     loop_len: int = 1
+    #: Before every receive, empty the pool of the core's storage size and
+    #: put one new buffer in it, full of a byte no stream has: storage given
+    #: back and taken again between any two receives is never the same
+    #: buffer, and stale bytes would show.
+    swap_storage: bool = False
 
     def __post_init__(self) -> None:
         self.chunks = [chunk for chunk in self.chunks if chunk]
@@ -243,6 +248,12 @@ class Engine:
         buffer_updated returned."""
         core = self.core
         filled = core._filled  # of the pending read_into (0 for other reads)
+        if self.swap_storage:
+            pool = _readcore.read_ahead_pool(core.read_chunk_size)
+            pool.clear()
+            poisoned = bytearray([POISON]) * core.read_chunk_size
+            pool._free.append(memoryview(poisoned))
+            held = core._ra
         view = core.get_buffer()
         self.get_buffer_calls += 1
         direct = False
@@ -268,6 +279,8 @@ class Engine:
                 return PENDING  # read-ahead full: the engine receives nothing
         if not direct:
             assert view.obj is core._ra
+            if self.swap_storage and held is None and len(core._ra) == core.read_chunk_size:
+                assert core._ra is poisoned  # storage taken from the pool again
         chunk = self.chunks.pop()
         nbytes = min(len(view), len(chunk))
         view[:nbytes] = chunk[:nbytes]
@@ -276,14 +289,30 @@ class Engine:
         if direct and isinstance(op, Into):
             assert target is not None
             assert target[filled : filled + nbytes] == chunk[:nbytes]
+        del view  # valid until the next call on the core
         self.receives.append((direct, nbytes))
         if self.loop_len == 1:
-            return core.buffer_updated(nbytes)
-        more = len(self.receives) % self.loop_len != 0 and bool(self.chunks)
-        result = core.buffer_updated(nbytes, more=more)
-        if result is PENDING and not more:
-            result = core.search()  # the loop ended
+            result = core.buffer_updated(nbytes)
+        else:
+            more = len(self.receives) % self.loop_len != 0 and bool(self.chunks)
+            result = core.buffer_updated(nbytes, more=more)
+            if result is PENDING and not more:
+                result = core.search()  # the loop ended
+        check_storage(core)
         return result
+
+
+#: A byte that no test stream contains (nor GUARD): the fill of storage
+#: swapped in between receives.
+POISON = 0xEE
+
+
+def check_storage(core: ReadCore) -> None:
+    """Receive storage is held only while bytes are read ahead."""
+    if not core.buffered_nbytes:
+        assert core._ra is None and core.storage_nbytes == 0
+    else:
+        assert core.storage_nbytes >= core.buffered_nbytes
 
 
 def start(core: ReadCore, op: Op) -> tuple[Any, Any, Any]:
@@ -326,13 +355,19 @@ def error_outcome(exc: BaseException | None) -> Outcome:
 
 
 def run(
-    script: Sequence[Op], chunks: list[bytes], *, idle_reads: bool = False, loop_len: int = 1, **core_kw: Any
+    script: Sequence[Op],
+    chunks: list[bytes],
+    *,
+    idle_reads: bool = False,
+    loop_len: int = 1,
+    swap_storage: bool = False,
+    **core_kw: Any,
 ) -> list[Outcome]:
     """Run ``script`` against a stream delivered as ``chunks`` (``loop_len``
     receives per engine loop); on an error, close as a stream would
     (eof_received, then connection_lost) and stop."""
     core = ReadCore(**core_kw)
-    engine = Engine(core, chunks, idle_reads, loop_len=loop_len)
+    engine = Engine(core, chunks, idle_reads, loop_len=loop_len, swap_storage=swap_storage)
     outcomes: list[Outcome] = []
     for op in script:
         if idle_reads and engine.chunks and not core.eof:
@@ -340,6 +375,7 @@ def run(
         target = spy = None
         try:
             result, target, spy = start(core, op)
+            check_storage(core)
             while result is PENDING:
                 if engine.chunks:
                     result = engine.receive(op, target, spy)
@@ -368,8 +404,10 @@ def run(
 
 
 def check_idle(core: ReadCore) -> None:
-    """After the stream ended: no read pending, nothing lent out."""
+    """After the stream ended: no read pending, nothing lent out, no storage
+    held but for bytes still read ahead."""
     assert not core.reading and core._lent is None and core._target is None
+    check_storage(core)
 
 
 # -- scenarios -------------------------------------------------------------------
@@ -446,14 +484,16 @@ def random_splits(data: bytes, seed: int, count: int) -> Iterable[list[bytes]]:
         yield [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
 
 
+@pytest.mark.parametrize("swap_storage", [False, True], ids=["pooled-storage", "storage-swapped"])
 @pytest.mark.parametrize("idle_reads", [False, True], ids=["no-idle-reads", "idle-reads"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_readcore_every_2_split(name: str, idle_reads: bool) -> None:
+def test_readcore_every_2_split(name: str, idle_reads: bool, swap_storage: bool) -> None:
     script, data = SCENARIOS[name]
-    whole = run(script, [data], idle_reads=idle_reads, **SMALL)
+    kw = dict(idle_reads=idle_reads, swap_storage=swap_storage, **SMALL)
+    whole = run(script, [data], **kw)
     check_outcomes(script, data, whole)
     for chunks in all_2_splits(data):
-        outcomes = run(script, chunks, idle_reads=idle_reads, **SMALL)
+        outcomes = run(script, chunks, **kw)
         check_outcomes(script, data, outcomes)
 
 
@@ -462,10 +502,11 @@ def test_readcore_every_2_split(name: str, idle_reads: bool) -> None:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_readcore_one_byte_and_random_splits(name: str, idle_reads: bool, loop_len: int) -> None:
     script, data = SCENARIOS[name]
-    kw = dict(idle_reads=idle_reads, loop_len=loop_len, **SMALL)
-    check_outcomes(script, data, run(script, [data[i : i + 1] for i in range(len(data))], **kw))
-    for chunks in random_splits(data, seed=sorted(SCENARIOS).index(name), count=300):
-        check_outcomes(script, data, run(script, chunks, **kw))
+    for swap_storage in (False, True):
+        kw = dict(idle_reads=idle_reads, loop_len=loop_len, swap_storage=swap_storage, **SMALL)
+        check_outcomes(script, data, run(script, [data[i : i + 1] for i in range(len(data))], **kw))
+        for chunks in random_splits(data, seed=sorted(SCENARIOS).index(name), count=300):
+            check_outcomes(script, data, run(script, chunks, **kw))
 
 
 class CountingPattern:
@@ -645,28 +686,34 @@ def test_readcore_read_until_close_after_eof_completes_at_once() -> None:
     assert core.read_until_close() == b""
 
 
-# -- the read-ahead buffer: one allocation, reused; grows; shrinks back ----------
+# -- the read-ahead storage: held only while bytes are read ahead; pooled -------
 
 
-def test_readcore_read_ahead_is_allocated_lazily_and_reused() -> None:
+def test_readcore_read_ahead_is_taken_lazily_given_back_when_drained_and_reused() -> None:
     core = ReadCore(read_chunk_size=1024)
-    assert core._ra is None
+    assert core._ra is None and core.storage_nbytes == 0
     target = bytearray(10)
     assert core.read_into(memoryview(target)) is PENDING
     assert core._ra is None  # nothing received yet
     engine = Engine(core, [b"0123456789" * 50])
     assert engine.receive(Into(10), target) == 10
     ra = core._ra
-    assert ra is not None and len(ra) == 1024
-    for _ in range(49):
-        result = core.read_bytes(10)
-        assert result == b"0123456789"
-    assert core._ra is ra  # reused, never reallocated
+    assert ra is not None and len(ra) == 1024 and core.storage_nbytes == 1024
+    for _ in range(48):
+        assert core.read_bytes(10) == b"0123456789"
+    assert core._ra is ra  # held while bytes are read ahead
+    assert core.read_bytes(10) == b"0123456789"
     assert core.buffered_nbytes == 0
+    assert core._ra is None and core.storage_nbytes == 0  # drained: given back
+    assert _readcore.read_ahead_pool(1024)._free[-1].obj is ra
     engine.chunks = [b"abc"]
     assert core.read_bytes(3) is PENDING
-    assert engine.receive(Bytes(3)) == b"abc"
-    assert core._ra is ra
+    view = core.get_buffer()
+    assert core._ra is ra  # taken again: the same buffer
+    view[:3] = b"abc"
+    del view
+    assert core.buffer_updated(3) == b"abc"
+    assert core._ra is None
 
 
 def test_readcore_read_ahead_grows_for_big_read_bytes_and_shrinks_back() -> None:
@@ -677,10 +724,14 @@ def test_readcore_read_ahead_grows_for_big_read_bytes_and_shrinks_back() -> None
     assert len(core.get_buffer()) == len(big)  # room for the whole read at once
     assert engine.receive(Bytes(len(big))) == big
     assert core._ra is None  # grown for one read, given back once drained
+    assert all(len(view) == 64 for view in _readcore.read_ahead_pool(64)._free)  # (freed, not pooled)
     engine.chunks = [b"abc"]
     assert core.read_bytes(3) is PENDING
-    assert engine.receive(Bytes(3)) == b"abc"
+    view = core.get_buffer()
     assert core._ra is not None and len(core._ra) == 64
+    view[:3] = b"abc"
+    del view
+    assert core.buffer_updated(3) == b"abc"
 
 
 def test_readcore_read_ahead_grows_for_long_line() -> None:
@@ -923,7 +974,7 @@ def test_readcore_idle_read_ahead_is_bounded_by_read_chunk_size() -> None:
     assert result == TEXT[20:60]
     leftover = core.buffered_nbytes
     assert core.read_bytes(leftover) == TEXT[60 : 60 + leftover]
-    assert core.buffered_nbytes == 0 and core._ra is not None and len(core._ra) > 16
+    assert core.buffered_nbytes == 0 and core._ra is None  # drained: no storage held
     assert len(core.get_buffer()) == 16
     engine.chunks = [TEXT[:10]]
     assert engine.receive() is PENDING
@@ -963,26 +1014,32 @@ def test_readcore_module_is_pure() -> None:
 
 
 def test_an_empty_read_ahead_buffer_is_lent_whole_with_no_slice() -> None:
-    """With nothing read ahead, `get_buffer` lends the read-ahead buffer's
+    """With nothing read ahead, `get_buffer` lends the read-ahead storage's
     own view (no memoryview slice made per receive); with bytes read ahead,
-    a slice of its free tail.  Neither is released by the core (it keeps
-    the buffer exported anyway): only a read's own buffer is."""
+    a slice of its free tail, which the core releases at the next call (a
+    view is valid until then)."""
+    _readcore.read_ahead_pool(64).clear()
     core = ReadCore(read_chunk_size=64)
     first = core.get_buffer()
     assert len(first) == 64
     first[:5] = b"hello"
+    del first  # (a view kept past the next call keeps the storage out of the pool)
     assert core.buffer_updated(5) is PENDING
-    assert core.read_bytes(5) == b"hello"  # drained: nothing read ahead
+    ra = core._ra
+    assert core.read_bytes(5) == b"hello"  # drained: nothing read ahead, storage given back
+    assert core._ra is None
     second = core.get_buffer()
-    assert second is first
+    assert core._ra is ra and len(second) == 64  # the same storage, taken again
     second[:3] = b"abc"
+    del second
     assert core.buffer_updated(3) is PENDING
     third = core.get_buffer()
-    assert third is not first and len(third) == 61
+    assert len(third) == 61
     third[:2] = b"de"
     assert core.buffer_updated(2) is PENDING
+    with pytest.raises(ValueError, match="released"):
+        third[:1] = b"x"  # released by the core: it cannot write into storage any more
     assert core.read_bytes(5) == b"abcde"
-    assert bytes(first[:3]) == b"abc"  # still usable: never released by the core
 
 
 def test_fill_copies_bytes_read_ahead_only_when_they_fill_the_whole_bytearray() -> None:
@@ -1002,3 +1059,88 @@ def test_fill_copies_bytes_read_ahead_only_when_they_fill_the_whole_bytearray() 
     assert core.read_into(memoryview(target)) is PENDING  # takes the 6, waits for 2 more
     assert core.fill(bytearray(1)) is False  # a read is pending
     assert core.buffered_nbytes == 0 and target[:6] == b"456789"
+
+
+# -- read-ahead storage is reused only when no view of it is alive -----------------
+
+
+class KeepingReader(SpyReader):
+    """A reader that keeps what it is fed: a slice and a copy of the view
+    (against the contract: a view is valid until the next call on the core)."""
+
+    def __init__(self) -> None:
+        super().__init__(max_frames=4)
+        self.kept: list[memoryview] = []
+
+    def feed(self, data: Any) -> int:
+        self.kept += [data[:8], memoryview(data)]
+        return super().feed(data)
+
+
+def test_readcore_storage_with_a_live_view_never_serves_another_stream() -> None:
+    """Storage goes back to the pool only when no view of it is alive: a
+    reader that kept slices of what it was fed, or an engine that kept the
+    lent view past the next call, keeps that storage out of the pool (it is
+    freed with the last view), so that another stream's bytes never land
+    where an old view can see them."""
+    pool = _readcore.read_ahead_pool(64)
+    pool.clear()
+    message = frames_message([b"abcdefgh"])
+    core = ReadCore(read_chunk_size=64)
+    keeper = KeepingReader()
+    assert core.read_message(keeper) is PENDING
+    view = core.get_buffer()
+    ra = core._ra
+    view[: len(message)] = message
+    del view
+    assert [bytes(frame) for frame in core.buffer_updated(len(message))] == [b"abcdefgh"]
+    assert core._ra is None and core.storage_nbytes == 0  # drained: given back...
+    assert all(free.obj is not ra for free in pool._free)  # ...but not to the pool: views of it live
+    other = ReadCore(read_chunk_size=64)
+    view = other.get_buffer()
+    assert other._ra is not ra
+    view[:64] = b"z" * 64
+    del view
+    assert other.buffer_updated(64) is PENDING
+    assert [bytes(kept) for kept in keeper.kept] == [message[:8], message]  # untouched
+
+    # The lent view itself, kept past the next call: released (pure build),
+    # or keeping its storage out of the pool (compiled build).
+    pool.clear()
+    core = ReadCore(read_chunk_size=64)
+    kept = core.get_buffer()
+    ra = core._ra
+    kept[:3] = b"abc"
+    assert core.buffer_updated(3) is PENDING
+    assert core.read_bytes(3) == b"abc" and core._ra is None
+    taken = ReadCore(read_chunk_size=64)
+    view = taken.get_buffer()
+    try:
+        kept[:1] = b"!"
+    except ValueError:  # released: it reaches no storage any more
+        pass
+    else:
+        assert taken._ra is not ra  # never handed to another stream
+    view[:1] = b"x"
+    del view
+    assert taken.buffer_updated(1) is PENDING and taken.read_bytes(1) == b"x"
+
+
+def test_readcore_pooled_storage_has_no_export_but_its_own_view() -> None:
+    """What a pool keeps is unreachable but through the pool: releasing the
+    one view of a pooled buffer leaves the bytearray resizable (BufferError
+    would say that something still exports it)."""
+    pool = _readcore.read_ahead_pool(64)
+    pool.clear()
+    core = ReadCore(read_chunk_size=64)
+    for _ in range(3):
+        view = core.get_buffer()
+        view[:5] = b"hello"
+        del view
+        assert core.buffer_updated(5) is PENDING
+        assert core.read_bytes(5) == b"hello"
+    assert len(pool._free) == 1 and pool.free_nbytes == 64
+    free = pool._free.pop()
+    ra = free.obj
+    free.release()
+    ra.extend(b"resizable")  # no BufferError: no view of it was left anywhere

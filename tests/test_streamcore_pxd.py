@@ -13,10 +13,10 @@ from ._builds import slots_and_methods, source_path
 _DECLARATION = re.compile(r"^\s+(cdef|cpdef)\s+(?:(?:public|readonly)\s+)?[\w ]*?\b(\w+)\s*(\(|#|$)", re.M)
 
 
-def declarations(module):
-    """``(fields, methods)`` declared in ``module``'s ``.pxd``."""
+def declarations(module, name):
+    """``(fields, methods)`` declared for class ``name`` in ``module``'s ``.pxd``."""
     text = source_path(module).with_suffix(".pxd").read_text()
-    body = text.split("cdef class", 1)[1]
+    body = text.split(f"cdef class {name}", 1)[1].split("\ncdef class", 1)[0]
     fields, methods = set(), set()
     for match in _DECLARATION.finditer(body):
         (methods if match.group(3) == "(" else fields).add(match.group(2))
@@ -27,6 +27,7 @@ def declarations(module):
     "module, cls",
     [
         (_readcore, _readcore.ReadCore),
+        (_readcore, _readcore.ReadAheadPool),
         (_streamcore, _streamcore.StreamCore),
         (_facecore, _facecore.FaceCore),
         (writebuffer, writebuffer.ChunkedWriteBuffer),
@@ -34,7 +35,7 @@ def declarations(module):
     ],
 )
 def test_pxd_declares_every_slot_and_its_methods_exist(module, cls):
-    fields, methods = declarations(module)
+    fields, methods = declarations(module, cls.__name__)
     slots, defined = slots_and_methods(module, cls.__name__)  # the source, whichever build runs
     assert fields == slots
     # Every declared method exists (undeclared ones stay Python methods).

@@ -388,7 +388,7 @@ def test_benchmarks_lists_the_suites(argv: list[str], capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m benchmarks SUITE [options]")
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
-    assert listed == ["echo", "load", "http", "dask", "dask_profile", "check"] == list(SUITES)
+    assert listed == ["echo", "load", "http", "dask", "dask_profile", "check", "idle"] == list(SUITES)
     assert all(len(line.split()) > 3 for line in out.splitlines() if line.startswith("  "))  # each with a summary
 
 

@@ -18,7 +18,7 @@ cdef class FaceCore(StreamCore):
     cdef public object read_future            # _read_future: a Future or None
     cdef public object state                  # _state: None or the registered events (an int)
     cdef public bint connecting               # _connecting
-    cdef public object write_futures          # _write_futures: deque of (write index, Future)
+    cdef public object write_futures          # _write_futures: deque of (write index, Future), None while empty
     cdef public object max_write_nbytes       # max_write_buffer_size: int or None
     # -- the readiness callback --
     cdef public bint in_events                # a readiness callback of the stream runs

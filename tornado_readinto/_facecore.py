@@ -187,8 +187,9 @@ class FaceCore(StreamCore):
         #: ahead filled, and its byte count (-1: none).
         self.filled_future: Any = None
         self.filled_nbytes = -1
-        #: Tornado's ``_write_futures``: ``(write index, Future)`` in order.
-        self.write_futures: Any = deque()
+        #: Tornado's ``_write_futures``: ``(write index, Future)`` in order,
+        #: or None while no write waits (an idle stream keeps no deque).
+        self.write_futures: Any = None
         #: Tornado's ``max_write_buffer_size`` (None: no limit).
         self.max_write_nbytes: Any = None
         #: `on_read_done`, bound once (a plain read Future's done callback).
@@ -468,7 +469,10 @@ class FaceCore(StreamCore):
             self.listen_if_idle()
             return future
         future = Future(loop=self.loop)
-        self.write_futures.append((self.write_index, future))
+        futures = self.write_futures
+        if futures is None:
+            futures = self.write_futures = deque()
+        futures.append((self.write_index, future))
         if not connecting:
             if status == SEND:
                 if self.plain_events:
@@ -486,5 +490,9 @@ class FaceCore(StreamCore):
         self.send_queued()  # a failed send closes the stream (through fail)
         done_index = self.done_index
         futures = self.write_futures
+        if futures is None:
+            return
         while futures and futures[0][0] <= done_index:
             future_set_result_unless_cancelled(futures.popleft()[1], None)
+        if not futures:
+            self.write_futures = None  # no write waits: no deque kept

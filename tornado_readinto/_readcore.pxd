@@ -4,12 +4,45 @@
 
 cimport cython
 
+from cpython.ref cimport Py_REFCNT
+
 from tornado_readinto._bytecopy cimport _copy_c
 from tornado_readinto.framing cimport FrameReader
 
 
 # A C constant (see _readcore.py).
-cdef Py_ssize_t _SHRINK_FACTOR
+cdef Py_ssize_t POOL_MAX_NBYTES
+
+
+# CPython's own fields of the objects that read-ahead storage is made of
+# (Include/cpython/memoryobject.h and bytearrayobject.h, unchanged since
+# 3.3): what tells, in C, whether any view of a buffer is alive.
+cdef extern from "Python.h":
+    ctypedef struct _PyManagedBufferObject:
+        Py_ssize_t exports                    # memoryviews registered with it (a slice is one)
+    ctypedef struct PyMemoryViewObject:
+        _PyManagedBufferObject *mbuf
+        Py_ssize_t exports                    # buffer exports of this view
+    ctypedef struct PyByteArrayObject:
+        Py_ssize_t ob_exports                 # buffer exports of the bytearray
+
+
+# ReadCore._release_read_ahead's test in the compiled build (the pure build
+# releases the view and tries a resize): True when ``view``, the core's one
+# view of ``ra`` (held by the caller's local variable alone), has no other
+# reference, no slice or copy registered beside it and no export, and ``ra``
+# no export but the view's.  Then no code anywhere can reach the storage,
+# and it may serve another stream.
+cdef inline bint _unshared_c(object ra, object view) noexcept:
+    cdef PyMemoryViewObject *mv = <PyMemoryViewObject *>view
+    return (Py_REFCNT(view) == 1 and mv.exports == 0 and mv.mbuf.exports == 1
+            and (<PyByteArrayObject *>ra).ob_exports == 1)
+
+
+cdef class ReadAheadPool:
+    cdef readonly Py_ssize_t buffer_nbytes    # the size of every buffer
+    cdef readonly Py_ssize_t max_buffers      # the most free buffers kept
+    cdef readonly list _free                  # memoryviews over whole bytearrays; last given back last
 
 
 cdef class ReadCore:
@@ -21,8 +54,8 @@ cdef class ReadCore:
     # -- the read-ahead buffer: valid bytes are _ra[_start : _start + buffered_nbytes] --
     cdef public Py_ssize_t buffered_nbytes
     cdef public bint eof                      # eof_received (or connection_lost) was called
-    cdef readonly bytearray _ra               # or None (allocated on first use)
-    cdef object _ra_view                      # memoryview of _ra, or None
+    cdef readonly bytearray _ra               # or None: held only while bytes are read ahead
+    cdef object _ra_view                      # the one memoryview of _ra (the pool keeps it with it), or None
     cdef Py_ssize_t _start
     # -- the pending read (one at most) --
     cdef int _mode                            # _IDLE, _INTO, _BYTES, _UNTIL, _REGEX, _CLOSE, _MESSAGE
@@ -38,6 +71,7 @@ cdef class ReadCore:
                                               # MessageReader), or None: its calls are C calls
     cdef readonly object _lent                # the view get_buffer handed out last, or None
     cdef bint _direct                         # ...and whether it is the pending read's own buffer
+    cdef ReadAheadPool _pool                  # where _ra comes from and goes back to, or None
 
     # Starting reads: the result, or PENDING.  Sizes and offsets are C
     # integers (@cython.locals) on the per-message paths.
@@ -72,9 +106,12 @@ cdef class ReadCore:
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)
     cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
+    @cython.locals(pool=ReadAheadPool, free=list)
+    cdef object _take_storage(self, Py_ssize_t capacity)
     @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
     cdef object _take_into(self, object dst, Py_ssize_t dst_start, Py_ssize_t nbytes)
     @cython.locals(size=Py_ssize_t, ra=bytearray)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)
+    @cython.locals(pool=ReadAheadPool, ra=bytearray)
     cdef object _release_read_ahead(self)

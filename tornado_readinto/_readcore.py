@@ -16,10 +16,20 @@ Strategy:
   syscall), else `PENDING`; at most one read is pending.  Every method that
   can complete a read returns its result or `PENDING`, so the engine resolves
   one Future per read and never asks twice.
-* The read-ahead buffer is allocated once, on first use, and reused: valid
-  bytes live in ``_ra[_start : _start + buffered_nbytes]``.  It grows only for
-  a pending read that needs more room (a big ``read_bytes``, a long
-  ``read_until`` line) and is given back once drained after such growth.
+* The core holds read-ahead storage only while bytes are read ahead: valid
+  bytes live in ``_ra[_start : _start + buffered_nbytes]``, and the moment
+  the last of them is consumed (or a receive brought none) the storage goes
+  back to the process's `ReadAheadPool` of its size, from which the next
+  receive takes it again (the same ``bytearray``, in C, when nothing else
+  took it in between).  An idle stream holds none (`storage_nbytes` is 0).
+  The storage grows only for a pending read that needs more room (a big
+  ``read_bytes``, a long ``read_until`` line); storage of another size than
+  ``read_chunk_size`` is freed, never pooled.
+* Storage goes back to the pool only when no view of it is alive: every
+  view the core lent out (`get_buffer`) or made is released first, and a
+  view that is still exported or referenced elsewhere keeps its storage out
+  of the pool for good (it is freed when the last holder lets go), so that
+  no buffer is ever written by one stream while another's view can see it.
 * ``read_into`` copies what is already read ahead into the caller's buffer
   (bounded: at most one read-ahead buffer), then hands out the *unfilled
   tail of the caller's buffer* while `DIRECT_READ_MIN_NBYTES` or more are
@@ -47,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._tornado_compat import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
 from .errors import BufferBusyError, IncompleteReadError, ReadIntoError
-from .framing import NEED_DATA, FrameReader, MessageReader
+from .framing import _ANY_NBYTES, NEED_DATA, FrameReader, MessageReader
 
 if TYPE_CHECKING:
     from . import _cyshim as cython
@@ -57,7 +67,7 @@ else:
     except ModuleNotFoundError:
         from . import _cyshim as cython
 
-__all__ = ["ReadCore", "PENDING", "DIRECT_READ_MIN_NBYTES"]
+__all__ = ["ReadCore", "ReadAheadPool", "read_ahead_pool", "PENDING", "DIRECT_READ_MIN_NBYTES", "POOL_MAX_NBYTES"]
 
 #: A ``read_into`` whose missing bytes are at least this many is received
 #: straight into the caller's buffer; a smaller remainder goes through the
@@ -65,9 +75,11 @@ __all__ = ["ReadCore", "PENDING", "DIRECT_READ_MIN_NBYTES"]
 #: 16 KiB = one TLS record, and a quarter of the 64 KiB default read chunk.
 DIRECT_READ_MIN_NBYTES: Final = 16 * 1024  # bytes
 
-#: The read-ahead buffer is released when it is empty and has grown past this
-#: many times ``read_chunk_size`` (after a big ``read_bytes``/``read_until``).
-_SHRINK_FACTOR: Final = 4
+#: The most bytes of free read-ahead storage the process keeps for reuse,
+#: per buffer size (16 buffers of the default 64 KiB): what idle streams
+#: cost in buffers, whatever their number, once a burst has passed.  A
+#: buffer given back to a full pool is freed.
+POOL_MAX_NBYTES: Final = 1024 * 1024  # bytes
 
 #: Tornado's defaults (``BaseIOStream.__init__``).
 DEFAULT_MAX_BUFFER_SIZE: Final = 104857600  # bytes (100 MB)
@@ -131,6 +143,9 @@ class _ForeignReader(FrameReader):
     def describe_progress(self) -> str:
         return self.reader.describe_progress()
 
+    def next_nbytes(self) -> int:
+        return _ANY_NBYTES  # (get_buffer says: a MessageReader has no next_nbytes)
+
     def get_buffer(self) -> memoryview:
         return self.reader.get_buffer()
 
@@ -145,6 +160,80 @@ class _ForeignReader(FrameReader):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self.reader!r}>"
+
+
+class ReadAheadPool:
+    """Free read-ahead storage of one size, shared by the streams of the
+    process: whole ``bytearray`` buffers of `buffer_nbytes` bytes, each kept
+    with the one ``memoryview`` of it that its core slices, most recently
+    given back last (so the next take gets it again, still warm).
+
+    A core takes a buffer when a receive needs storage and gives it back
+    once nothing is read ahead (see `ReadCore.storage_nbytes`): O(1), a list
+    pop and append (C calls in the compiled build).  At most `max_buffers`
+    are kept; the rest are freed.  Thread-safe where the GIL is held: each
+    take and give is one list operation.
+
+    .. versionadded:: 0.3
+    """
+
+    __slots__ = ("buffer_nbytes", "max_buffers", "_free")
+
+    def __init__(self, buffer_nbytes: int, max_buffers: int) -> None:
+        #: The size of every buffer of this pool.
+        self.buffer_nbytes = buffer_nbytes
+        #: The most free buffers kept.
+        self.max_buffers = max_buffers
+        # memoryviews over whole bytearrays of buffer_nbytes bytes
+        self._free: list[memoryview] = []
+
+    @property
+    def free_nbytes(self) -> int:
+        """Bytes of the free buffers the pool keeps."""
+        return len(self._free) * self.buffer_nbytes
+
+    def clear(self) -> None:
+        """Free every buffer the pool keeps."""
+        del self._free[:]
+
+    def __repr__(self) -> str:
+        return f"<ReadAheadPool of {len(self._free)} free buffers of {self.buffer_nbytes} bytes>"
+
+
+# The pools of the process, by buffer size.
+_POOLS: dict = {}
+
+
+def read_ahead_pool(buffer_nbytes: int) -> ReadAheadPool:
+    """The process's `ReadAheadPool` of buffers of ``buffer_nbytes`` bytes
+    (made on first use; at most `POOL_MAX_NBYTES` bytes of free buffers)."""
+    pool = _POOLS.get(buffer_nbytes)
+    if pool is None:
+        pool = _POOLS.setdefault(
+            buffer_nbytes, ReadAheadPool(buffer_nbytes, max(1, POOL_MAX_NBYTES // max(1, buffer_nbytes)))
+        )
+    return pool  # type: ignore[no-any-return]
+
+
+def _unshared(ra: bytearray) -> bool:
+    """True when no buffer export of ``ra`` is alive (the pure build's test: a
+    bytearray refuses to resize while exported).  ``ra`` is made with one
+    byte of spare capacity (`_new_bytearray`), so the trial costs no
+    reallocation."""
+    try:
+        ra.append(0)
+    except BufferError:
+        return False
+    del ra[-1]
+    return True
+
+
+def _new_bytearray(nbytes: int) -> bytearray:
+    """A zeroed bytearray of ``nbytes`` bytes with one byte of spare capacity
+    (see `_unshared`)."""
+    ra = bytearray(nbytes + 1)
+    del ra[-1]
+    return ra
 
 
 class ReadCore:
@@ -197,6 +286,7 @@ class ReadCore:
         "_reader",
         "_lent",
         "_direct",
+        "_pool",
     )
 
     def __init__(
@@ -239,6 +329,9 @@ class ReadCore:
         # call), and whether it is the pending read's own buffer.
         self._lent: memoryview | None = None
         self._direct = False
+        # The pool the read-ahead storage comes from and goes back to (that
+        # of read_chunk_size, looked up on the first take).
+        self._pool: ReadAheadPool | None = None
 
     # -- state -----------------------------------------------------------------
 
@@ -246,6 +339,15 @@ class ReadCore:
     def reading(self) -> bool:
         """True while a read is pending."""
         return self._mode != _IDLE
+
+    @property
+    def storage_nbytes(self) -> int:
+        """Bytes of receive storage this core holds: its read-ahead buffer's
+        size while bytes are read ahead (or a receive is under way), else 0.
+        A ``read_into`` target or a reader's frame is the caller's, never
+        counted here."""
+        ra = self._ra
+        return 0 if ra is None else len(ra)
 
     def peek_buffered(self) -> bytes:
         """A copy of the bytes read ahead and not consumed yet."""
@@ -267,11 +369,13 @@ class ReadCore:
         with memoryview(data) as view, view.cast("B") as raw:
             nbytes = raw.nbytes
             self.buffered_nbytes = self._start = 0
-            if nbytes:
-                self._reserve(nbytes)
-                assert self._ra_view is not None
-                self._ra_view[:nbytes] = raw
-                self.buffered_nbytes = nbytes
+            if not nbytes:
+                self._release_read_ahead()
+                return
+            self._reserve(nbytes)
+            assert self._ra_view is not None
+            self._ra_view[:nbytes] = raw
+            self.buffered_nbytes = nbytes
 
     def discard(self) -> None:
         """Drop the pending read (without completing it) and every byte read
@@ -474,12 +578,15 @@ class ReadCore:
                 return view
         elif mode == _MESSAGE:
             assert self._reader is not None
-            view = self._reader.get_buffer()
-            if len(view) >= self.direct_min_nbytes:
-                self._lent = view
-                self._direct = True
-                return view
-            view.release()
+            # (no view made and nothing allocated for a stage that is too
+            # small to receive in place: a header, a small frame)
+            if self._reader.next_nbytes() >= self.direct_min_nbytes:
+                view = self._reader.get_buffer()
+                if len(view) >= self.direct_min_nbytes:
+                    self._lent = view
+                    self._direct = True
+                    return view
+                view.release()
         size = self.buffered_nbytes
         if mode == _IDLE:
             # Read ahead, but never past read_chunk_size bytes.
@@ -541,7 +648,7 @@ class ReadCore:
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
         self._lent = None  # as _drop_lent, inline (once per receive)
-        if self._direct:
+        if self._direct or lent is not self._ra_view:
             try:
                 lent.release()
             except BufferError:
@@ -564,6 +671,8 @@ class ReadCore:
                 self.buffered_nbytes = size - missing
                 self._start = start + missing
                 self._filled = self._nbytes
+                if size == missing:
+                    self._release_read_ahead()  # nothing left read ahead
                 return self._finish_into()
         if self._direct:
             if mode == _INTO:
@@ -581,6 +690,8 @@ class ReadCore:
             self._end_read()
             return message
         if not nbytes:
+            if not self.buffered_nbytes:
+                self._release_read_ahead()
             return PENDING
         size = self.buffered_nbytes + nbytes
         self.buffered_nbytes = size
@@ -706,17 +817,17 @@ class ReadCore:
     # -- completing reads --------------------------------------------------------
 
     def _drop_lent(self) -> None:
-        """Forget the view `get_buffer` handed out last.  A view of a read's
-        own buffer is released (the caller may resize the buffer then),
-        unless the engine still holds an export of it (uvloop releases its
-        export only after ``buffer_updated`` returns): it then goes with its
-        last reference.  A view of the read-ahead buffer (which may be
-        ``_ra_view`` itself) is only dropped: the core keeps that buffer
-        exported anyway."""
+        """Forget the view `get_buffer` handed out last, and release it (a
+        read's own buffer may then be resized; read-ahead storage may go
+        back to its pool), unless the engine still holds an export of it
+        (uvloop releases its export only after ``buffer_updated`` returns):
+        it then goes with its last reference (and storage it pins never goes
+        back to the pool).  ``_ra_view`` itself, lent whole, is only
+        dropped: the core keeps it while it holds the storage."""
         lent = self._lent
         assert lent is not None
         self._lent = None
-        if self._direct:
+        if self._direct or lent is not self._ra_view:
             try:
                 lent.release()
             except BufferError:
@@ -826,14 +937,29 @@ class ReadCore:
         chunk = self.read_chunk_size
         new_capacity = max(size + free_nbytes, 2 * capacity, chunk)
         new_capacity = min(new_capacity, max(size + free_nbytes, self.max_buffer_size + chunk))
-        new = bytearray(new_capacity)
-        new_view = memoryview(new)
+        new_view = self._take_storage(new_capacity)
         if size:
             assert self._ra_view is not None
             start = self._start
             new_view[:size] = self._ra_view[start : start + size]
         self._release_read_ahead()
-        self._ra, self._ra_view, self._start = new, new_view, 0
+        self._ra, self._ra_view, self._start = new_view.obj, new_view, 0
+
+    def _take_storage(self, capacity: int) -> memoryview:
+        """A view over whole new storage of ``capacity`` bytes: a buffer of
+        the pool when ``capacity`` is ``read_chunk_size`` and the pool has
+        one (a list pop), else a new ``bytearray``."""
+        if capacity == self.read_chunk_size:
+            pool = self._pool
+            if pool is None or pool.buffer_nbytes != capacity:
+                pool = self._pool = read_ahead_pool(capacity)
+            free = pool._free
+            if free:
+                try:
+                    return free.pop()  # type: ignore[no-any-return]
+                except IndexError:  # (the pure build: another thread took the last one)
+                    pass
+        return memoryview(_new_bytearray(capacity))
 
     def _take_into(self, dst: Any, dst_start: int, nbytes: int) -> None:
         """Copy the first ``nbytes`` bytes read ahead (there are that many)
@@ -857,11 +983,7 @@ class ReadCore:
         if size:
             self._start += nbytes
             return
-        self._start = 0
-        ra = self._ra
-        if ra is not None and (self.eof or len(ra) > _SHRINK_FACTOR * self.read_chunk_size):
-            # No more input, or grown for one big read: give the memory back.
-            self._release_read_ahead()
+        self._release_read_ahead()  # nothing left read ahead: no storage held
 
     def _take(self, nbytes: int) -> bytes:
         if not nbytes:
@@ -873,8 +995,38 @@ class ReadCore:
         return data
 
     def _release_read_ahead(self) -> None:
+        """Give the read-ahead storage back (its bytes are consumed or
+        dropped): to the pool of its size, unless a view of it is still
+        alive anywhere (exported, sliced or referenced: the storage is then
+        freed when its last holder lets go, and never reused), or it is not
+        of the pool's size, or the pool is full.  Every view the core lent
+        out is released first.  O(1): in the compiled build a few C field
+        reads and a list append."""
         if self._lent is not None:
             self._drop_lent()
-        if self._ra_view is not None:
-            self._ra_view.release()
+        self._start = 0
+        view = self._ra_view
+        if view is None:
+            return
+        ra = self._ra
         self._ra = self._ra_view = None
+        pool = self._pool
+        if pool is not None and len(ra) == pool.buffer_nbytes and len(pool._free) < pool.max_buffers:  # type: ignore[arg-type]
+            if cython.compiled:
+                # Ours alone: no other reference to the view, no slice of it,
+                # no export of it or of the bytearray but the view's own.
+                if _unshared_c(ra, view):  # type: ignore[name-defined]  # noqa: F821
+                    pool._free.append(view)
+                    return
+            else:
+                try:
+                    view.release()  # (a holder of this view object finds it released)
+                except BufferError:
+                    return  # exported: it goes with its holder
+                if _unshared(ra):  # type: ignore[arg-type]
+                    pool._free.append(memoryview(ra))  # type: ignore[arg-type]
+                return
+        try:
+            view.release()
+        except BufferError:
+            pass

@@ -426,6 +426,7 @@ class StreamCore(ReadCore):
             if not requested:
                 return PENDING  # idle, read_chunk_size bytes read ahead: none
             received = self.recv_plain(view) if read_from_fd is None else read_from_fd(view)
+            view = None  # (a slice of read-ahead storage alive would keep it from its pool)
             if received is None:  # EAGAIN
                 # (TLS: "want read" proves nothing, so that a read started
                 # next tries the socket, as Tornado's does: a failing socket
@@ -459,6 +460,8 @@ class StreamCore(ReadCore):
                 return result
             if not self.readable_hint:
                 break
+        if not self.buffered_nbytes and self._ra is not None:
+            self._release_read_ahead()  # (EAGAIN: an idle stream holds no storage)
         if self.closed or not reading:
             return PENDING
         # The read waits (EAGAIN or a short receive): what is left of its own

@@ -136,8 +136,8 @@ cdef class FrameReader:
     cdef object _max_message_nbytes
     cdef Py_ssize_t _prefix_nbytes            # 8: each message starts with tcp.py's P field; else 0
     # -- buffers of the header, allocated once and reused --
-    cdef object _count_view                   # memoryview of 8 (16 with P) bytes: a count split across receives
-    cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message
+    cdef object _count_view                   # memoryview of 8 (16 with P) bytes: a count split across receives, or None
+    cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message, or None
     cdef object _error                        # the exception that poisoned the reader, or None
     cdef object __weakref__
     # -- the current message --
@@ -156,6 +156,8 @@ cdef class FrameReader:
 
     # The BufferedProtocol shape (ReadCore calls these).
     @cython.locals(stage=int)
+    cpdef object next_nbytes(self)
+    @cython.locals(stage=int)
     cpdef object get_buffer(self)
     @cython.locals(handed=Py_ssize_t, index=Py_ssize_t, nframes=Py_ssize_t, lengths=tuple, views=list)
     cpdef list get_buffers(self, object max_buffers)
@@ -173,6 +175,7 @@ cdef class FrameReader:
     cdef Py_ssize_t _feed_whole_message(self, object view, Py_ssize_t end) except -1
     cdef object _check_usable(self)
     cdef object _poison(self, object error)
+    cdef object _get_count_view(self)
     cdef object _get_lengths_view(self)
     cdef object _got_count_at(self, object view, Py_ssize_t pos)
     cdef object _got_count(self, object nframes)

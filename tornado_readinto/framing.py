@@ -70,6 +70,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from .errors import FrameTooLargeError, FramingError
 
+#: More bytes than any buffer holds (what `FrameReader.next_nbytes` says
+#: where `FrameReader.get_buffer` would raise).
+_ANY_NBYTES: Final = 1 << 62
+
 if TYPE_CHECKING:
     from . import _cyshim as cython
 else:
@@ -459,9 +463,11 @@ class FrameReader:
         self._max_frame_nbytes = _check_limit("max_frame_nbytes", max_frame_nbytes)
         self._max_message_nbytes = _check_limit("max_message_nbytes", max_message_nbytes)
         self._prefix_nbytes = PREFIX_NBYTES if nosplit_prefix else 0
-        # Allocated once per reader and reused for every message.
-        self._count_view = memoryview(bytearray(self._prefix_nbytes + COUNT_NBYTES))
-        self._small_lengths_view = memoryview(bytearray(LENGTH_NBYTES * _SMALL_LENGTHS_NFRAMES))
+        # Allocated once per reader, the first time a count or a message's
+        # lengths arrive split or are received in place (rare: an idle
+        # reader that never saw that holds neither), and reused.
+        self._count_view: memoryview | None = None
+        self._small_lengths_view: memoryview | None = None
         self._error: BaseException | None = None
         self._reset()
 
@@ -551,6 +557,22 @@ class FrameReader:
 
     # -- the BufferedProtocol-shaped interface -------------------------------
 
+    def next_nbytes(self) -> Any:
+        """How many bytes `get_buffer` would hand out now, with no view made
+        and nothing allocated: what a receive engine asks to choose between
+        receiving in place and through its read-ahead buffer.  Where
+        `get_buffer` would raise (a complete message waiting, a poisoned
+        reader), a size larger than any buffer, so that the engine calls it
+        and sees the error.  O(1)."""
+        stage = self._stage
+        if stage == _FRAMES:
+            return self._lengths[self._frame_index] - self._frame_filled
+        if stage == _COUNT:
+            return self._prefix_nbytes + COUNT_NBYTES - self._header_filled
+        if stage == _LENGTHS:
+            return LENGTH_NBYTES * self._nframes - self._header_filled  # type: ignore[operator]
+        return _ANY_NBYTES
+
     def get_buffer(self) -> memoryview:
         """Return a writable view of exactly the bytes the current stage still
         needs: the rest of the 8-byte frame count, the rest of the
@@ -576,7 +598,7 @@ class FrameReader:
         if stage == _FRAMES:
             view = self._current_frame()[self._frame_filled :]
         elif stage == _COUNT:
-            view = self._count_view[self._header_filled :]
+            view = self._get_count_view()[self._header_filled :]
         elif stage == _LENGTHS:
             view = self._get_lengths_view()[self._header_filled :]
         else:
@@ -656,7 +678,7 @@ class FrameReader:
         elif stage == _COUNT:
             self._header_filled += nbytes
             if self._header_filled == self._prefix_nbytes + COUNT_NBYTES:
-                self._got_count_at(self._count_view, 0)
+                self._got_count_at(self._get_count_view(), 0)
         else:  # _LENGTHS: DONE hands out nothing, so nbytes == 0 returned above
             self._header_filled += nbytes
             lengths_view = self._get_lengths_view()
@@ -714,11 +736,12 @@ class FrameReader:
                         self._got_count_at(view, pos - count_nbytes)
                     else:
                         take = min(count_nbytes - filled, end - pos)
-                        self._count_view[filled : filled + take] = view[pos : pos + take]
+                        count_view = self._get_count_view()
+                        count_view[filled : filled + take] = view[pos : pos + take]
                         pos += take
                         self._header_filled = filled + take
                         if self._header_filled == count_nbytes:
-                            self._got_count_at(self._count_view, 0)
+                            self._got_count_at(count_view, 0)
                 elif stage == _LENGTHS:
                     filled = self._header_filled
                     nframes = self._nframes
@@ -840,13 +863,22 @@ class FrameReader:
         self._handed = 0
         return error
 
+    def _get_count_view(self) -> memoryview:
+        view = self._count_view
+        if view is None:
+            view = self._count_view = memoryview(bytearray(self._prefix_nbytes + COUNT_NBYTES))
+        return view
+
     def _get_lengths_view(self) -> memoryview:
         view = self._lengths_view
         if view is None:
             nframes = self._nframes
             assert nframes is not None  # internal invariant of the _LENGTHS stage
             if nframes <= _SMALL_LENGTHS_NFRAMES:
-                view = self._small_lengths_view[: LENGTH_NBYTES * nframes]
+                small = self._small_lengths_view
+                if small is None:
+                    small = self._small_lengths_view = memoryview(bytearray(LENGTH_NBYTES * _SMALL_LENGTHS_NFRAMES))
+                view = small[: LENGTH_NBYTES * nframes]
             else:
                 view = memoryview(bytearray(LENGTH_NBYTES * nframes))
             self._lengths_view = view

@@ -21,8 +21,10 @@ Strategy:
   Future, no syscall); else the read gets its Future, and either parks at
   once (a short ``recv`` just proved the socket empty) or receives now and
   parks if that was not enough.  READ events resume it.
-* Every read-ahead byte lives in one buffer per stream, allocated once and
-  reused; ``read_into(buf)`` receives the bytes not read ahead straight into
+* Every read-ahead byte lives in storage the stream borrows from the
+  process's pool only while it has unread bytes (an idle stream holds
+  none: ``docs/internals.rst``, "Who owns the read-ahead storage");
+  ``read_into(buf)`` receives the bytes not read ahead straight into
   ``buf``.  READ interest stays registered while the read-ahead buffer has
   room, so consecutive reads cost no ``epoll_ctl``.
 * A READ event goes straight to the core (`FaceCore.read_ready`, the fd's
@@ -43,6 +45,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import os
 import re
@@ -161,9 +164,10 @@ class ReadIntoIOStream(IOStream):
     Takes the same arguments as `IOStream`.  Every stock method keeps its
     behaviour; the differences are in what they cost:
 
-    * one read-ahead buffer per stream instead of a fresh zero-filled 64 KiB
-      ``bytearray`` per ``recv``; ``read_bytes`` returns a ``bytes`` copied once
-      from it (stock copies three times);
+    * read-ahead storage borrowed from a process-wide pool while bytes are
+      read ahead (none while idle) instead of a fresh zero-filled 64 KiB
+      ``bytearray`` per ``recv``; ``read_bytes`` returns a ``bytes`` copied
+      once from it (stock copies three times);
     * `read_into` receives straight into the caller's buffer, sized by
       ``nbytes``, not counted against ``max_buffer_size``;
     * no speculative ``recv`` that is known to fail with EAGAIN, and no
@@ -451,12 +455,19 @@ class ReadIntoIOStream(IOStream):
 
     @property  # type: ignore[override]
     def _write_futures(self) -> Any:
-        """Tornado's ``(write index, Future)`` deque of the pending writes."""
-        return self._core.write_futures
+        """Tornado's ``(write index, Future)`` deque of the pending writes
+        (the core keeps none while no write waits: one is made for a
+        reader)."""
+        core = self._core
+        futures = core.write_futures
+        if futures is None:
+            futures = core.write_futures = collections.deque()
+        return futures
 
     @_write_futures.setter
     def _write_futures(self, futures: Any) -> None:
-        self._core.write_futures = futures
+        # (BaseIOStream.__init__ assigns an empty deque: none is kept)
+        self._core.write_futures = futures if futures else None
 
     @property  # type: ignore[override]
     def max_write_buffer_size(self) -> int | None:

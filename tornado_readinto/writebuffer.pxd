@@ -12,7 +12,7 @@ cimport cython
 
 cdef class ChunkedWriteBuffer:
     # -- the segments: bytearray chunks we own, and 'B' views of large pieces --
-    cdef readonly object _buffers             # collections.deque of segments, oldest first
+    cdef readonly object _buffers             # collections.deque of segments, oldest first; () while empty
     cdef readonly Py_ssize_t _first_pos       # next unsent byte in _buffers[0] (0 if empty)
     cdef readonly Py_ssize_t _nbytes          # unsent bytes in total
     # -- the limits: read at every append, and may be changed at any time --
@@ -32,3 +32,4 @@ cdef class ChunkedWriteBuffer:
     @cython.locals(todo=Py_ssize_t, pos=Py_ssize_t, left=Py_ssize_t)
     cpdef object advance(self, object nbytes)
     cpdef object clear(self)
+    cdef object _queue(self)

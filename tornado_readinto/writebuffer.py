@@ -38,6 +38,11 @@ neither Tornado nor ``socket``.
 # modified, but if one is still alive the resize raises BufferError; we then
 # start a new chunk instead, which costs one allocation and loses nothing.
 #
+# An empty buffer holds no deque (``_buffers`` is the empty tuple, which
+# reads as an empty queue): a deque costs 760 bytes, and an idle stream's
+# queue is empty.  The first append makes one; the advance or clear that
+# empties the queue drops it.
+#
 # Invariants (checked by the tests, not at run time):
 # - no segment is empty, and ``0 <= _first_pos < len(_buffers[0])`` when
 #   there are segments (``_first_pos == 0`` otherwise);
@@ -101,6 +106,10 @@ DEFAULT_LARGE_BUF_THRESHOLD = 8 * 1024
 DEFAULT_CHUNK_NBYTES = 64 * 1024
 
 
+#: ``_buffers`` while nothing is queued (reads as an empty deque).
+_NO_SEGMENTS: tuple = ()
+
+
 def _size_argument(name: str, value: int) -> int:
     """``value`` as an int (``operator.index``), capped at ``sys.maxsize``: a
     larger size is as good as infinite, and the compiled build stores sizes as
@@ -154,7 +163,8 @@ class ChunkedWriteBuffer:
         if chunk_nbytes < 1:
             raise ValueError(f"chunk_nbytes must be >= 1, got {chunk_nbytes}")
         # Segments, oldest first; see "Strategy" above.
-        self._buffers: collections.deque[_Segment] = collections.deque()
+        # (the empty tuple while nothing is queued: see "Strategy")
+        self._buffers: collections.deque[_Segment] = _NO_SEGMENTS  # type: ignore[assignment]
         # Offset of the next unsent byte in self._buffers[0].
         self._first_pos = 0
         # Unsent bytes in total.
@@ -210,7 +220,7 @@ class ChunkedWriteBuffer:
             # Fast path: len() is nbytes, no view needed to copy.
             nbytes = len(data)  # type: ignore[arg-type]
             if nbytes > self._large_buf_threshold:
-                self._buffers.append(memoryview(data))
+                self._queue().append(memoryview(data))
                 self._nbytes += nbytes
                 return
             if nbytes == 0:
@@ -230,7 +240,7 @@ class ChunkedWriteBuffer:
             if nbytes > self._large_buf_threshold:
                 # cast() makes a 1-D unsigned-byte view (len == nbytes) that
                 # shares the underlying buffer; the temporary can go at once.
-                self._buffers.append(view.cast("B"))
+                self._queue().append(view.cast("B"))
                 view.release()
                 self._nbytes += nbytes
                 return
@@ -249,7 +259,7 @@ class ChunkedWriteBuffer:
             else:
                 buffers.append(bytearray(data))
         else:
-            buffers.append(bytearray(data))
+            self._queue().append(bytearray(data))
         self._nbytes += nbytes
         if view is not None:
             view.release()
@@ -366,6 +376,15 @@ class ChunkedWriteBuffer:
             if todo == 0:
                 break
         self._first_pos = pos
+        if not buffers:
+            self._buffers = _NO_SEGMENTS  # nothing queued: no deque kept
+
+    def _queue(self) -> collections.deque[_Segment]:
+        """The deque of segments, made if nothing is queued (see "Strategy")."""
+        buffers = self._buffers
+        if type(buffers) is tuple:
+            buffers = self._buffers = collections.deque()
+        return buffers
 
     def clear(self) -> None:
         """Drop everything queued, releasing our views of large pieces.
@@ -375,6 +394,6 @@ class ChunkedWriteBuffer:
         for seg in self._buffers:
             if type(seg) is memoryview:
                 seg.release()
-        self._buffers.clear()
+        self._buffers = _NO_SEGMENTS
         self._first_pos = 0
         self._nbytes = 0

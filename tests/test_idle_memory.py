@@ -1,0 +1,159 @@
+"""Idle streams hold no receive storage, over real sockets.
+
+A thousand connections of each kind echo one message and park their next
+read; then none of their streams holds read-ahead storage
+(`ReadCore.storage_nbytes`), a write-Future deque or a write-queue deque.
+Each connection then echoes again: its stream takes storage back, the data
+is exact, and it gives the storage back once idle.  The bytes per idle
+connection in a whole server are measured by ``python -m benchmarks idle``
+(a count of bytes, not a test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+
+import pytest
+from tornado.iostream import StreamClosedError
+
+from tornado_readinto import FramedStream, ReadIntoIOStream
+from tornado_readinto._readcore import read_ahead_pool
+
+from .conftest import run, until
+
+NCONNS = 1000
+PAYLOAD_NBYTES = 1024
+
+
+def message(index: int, round_: int) -> bytes:
+    payload = bytes((index * 7 + round_ + i) % 251 for i in range(PAYLOAD_NBYTES))
+    return (1).to_bytes(8, "little") + PAYLOAD_NBYTES.to_bytes(8, "little") + payload
+
+
+@pytest.fixture(autouse=True)
+def enough_fds():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * NCONNS + 200
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def serve(stream: ReadIntoIOStream, kind: str, served: list[int]) -> None:
+    """Echo messages until the peer closes: ``read_bytes(16)`` + ``read_into``,
+    ``read_until`` (the header is a line) or `FramedStream`."""
+    try:
+        if kind == "framed":
+            framed = FramedStream(stream)
+            while True:
+                frames = await framed.read_frames()
+                await framed.write_frames(frames)
+                del frames
+                served[0] += 1
+        while True:
+            if kind == "read_until":
+                header = await stream.read_until(b"\n")
+                header = header[:-1]
+            else:
+                header = await stream.read_bytes(16)
+            payload = bytearray(int.from_bytes(header[8:], "little"))
+            await stream.read_into(payload)
+            await stream.write(bytes(header) + payload)
+            del header, payload
+            served[0] += 1
+    except StreamClosedError:
+        pass
+
+
+def wire(kind: str, data: bytes) -> bytes:
+    # read_until's header ends with a newline (no payload byte is 10 at its place)
+    return data[:16] + b"\n" + data[16:] if kind == "read_until" else data
+
+
+def held(stream: ReadIntoIOStream) -> int:
+    """Bytes of receive storage and write bookkeeping the stream holds."""
+    core = stream._core
+    nbytes = core.storage_nbytes
+    if core.write_futures is not None:
+        nbytes += 1
+    if core.write_buffer._buffers != ():
+        nbytes += 1
+    return nbytes
+
+
+@pytest.mark.parametrize("kind", ["read_bytes+read_into", "read_until", "framed"])
+def test_a_thousand_idle_streams_hold_no_receive_storage(kind):
+    async def main():
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(NCONNS)
+        port = listener.getsockname()[1]
+        clients, streams, tasks, served = [], [], [], [0]
+        try:
+            for _ in range(NCONNS):
+                clients.append(socket.create_connection(("127.0.0.1", port)))
+                conn, _ = listener.accept()
+                stream = ReadIntoIOStream(conn)
+                streams.append(stream)
+                tasks.append(asyncio.ensure_future(serve(stream, kind, served)))
+            for round_ in range(2):
+                for index, client in enumerate(clients):
+                    client.sendall(wire(kind, message(index, round_)))
+                echoed = (round_ + 1) * NCONNS
+                await until(lambda: served[0] == echoed)  # noqa: B023 (read while the loop body runs)
+                for index, client in enumerate(clients):
+                    expected = message(index, round_)
+                    got = bytearray()
+                    while len(got) < len(expected):
+                        got += client.recv(len(expected) - len(got))
+                    assert got == expected  # exact, storage given back and taken again
+                await until(lambda: all(stream.reading() for stream in streams))
+                assert sum(held(stream) for stream in streams) == 0
+            # What the pool keeps is bounded, whatever the number of streams.
+            assert read_ahead_pool(streams[0].read_chunk_size).free_nbytes <= 1024 * 1024
+        finally:
+            for client in clients:
+                client.close()
+            for stream in streams:
+                stream.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            listener.close()
+
+    run(main(), timeout=120)
+
+
+def test_a_stream_that_reads_ahead_while_idle_holds_storage_only_until_read():
+    """Bytes that arrive while no read is pending are read ahead into storage
+    taken from the pool; the read that consumes them gives it back."""
+
+    async def main():
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname())
+        conn, _ = listener.accept()
+        stream = ReadIntoIOStream(conn)
+        try:
+            reading = stream.read_bytes(5)  # parks: READ registered, and kept while there is room
+            client.sendall(b"first")
+            assert await reading == b"first"
+            assert stream._core.storage_nbytes == 0
+            client.sendall(b"0123456789")
+            await until(lambda: stream._core.buffered_nbytes == 10)  # READ stays registered: read ahead
+            assert stream._core.storage_nbytes == stream.read_chunk_size
+            target = bytearray(4)
+            assert await stream.read_into(target) == 4 and target == b"0123"
+            assert stream._core.storage_nbytes == stream.read_chunk_size  # 6 bytes still read ahead
+            assert await stream.read_bytes(6) == b"456789"
+            assert stream._core.storage_nbytes == 0
+        finally:
+            stream.close()
+            client.close()
+            listener.close()
+
+    run(main())
