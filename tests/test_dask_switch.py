@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,19 @@ def test_switch_on_and_off_in_process() -> None:
         assert dask.config.get("distributed.worker.preload") == ["other.module"]
     assert not dask_switch.is_switched()
     assert type(backends["tcp"]) is stock_tcp.TCPBackend and type(backends["tls"]) is stock_tcp.TLSBackend
+
+
+def test_status_probe_works_where_the_package_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe that verify() sends is pickled by value and asks for the
+    package only inside a try: a process without it reports build None."""
+    import cloudpickle
+
+    probe = cloudpickle.loads(cloudpickle.dumps(status))
+    assert probe.__module__ == "tornado_readinto_probe"
+    monkeypatch.setitem(sys.modules, "tornado_readinto", None)  # import raises ImportError
+    report = probe()
+    assert report["build"] is None and report["version"] is None and report["switched"] is False
+    assert b"tornado_readinto.dask_switch" not in cloudpickle.dumps(status)
 
 
 def test_preload_module_switches_the_importing_process() -> None:
