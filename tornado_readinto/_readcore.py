@@ -943,7 +943,7 @@ class ReadCore:
             start = self._start
             new_view[:size] = self._ra_view[start : start + size]
         self._release_read_ahead()
-        self._ra, self._ra_view, self._start = new_view.obj, new_view, 0
+        self._ra, self._ra_view, self._start = new_view.obj, new_view, 0  # type: ignore[assignment]
 
     def _take_storage(self, capacity: int) -> memoryview:
         """A view over whole new storage of ``capacity`` bytes: a buffer of

@@ -426,7 +426,7 @@ class StreamCore(ReadCore):
             if not requested:
                 return PENDING  # idle, read_chunk_size bytes read ahead: none
             received = self.recv_plain(view) if read_from_fd is None else read_from_fd(view)
-            view = None  # (a slice of read-ahead storage alive would keep it from its pool)
+            view = None  # type: ignore[assignment]  # (a slice of read-ahead storage alive would keep it from its pool)
             if received is None:  # EAGAIN
                 # (TLS: "want read" proves nothing, so that a read started
                 # next tries the socket, as Tornado's does: a failing socket

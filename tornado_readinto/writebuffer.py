@@ -377,7 +377,7 @@ class ChunkedWriteBuffer:
                 break
         self._first_pos = pos
         if not buffers:
-            self._buffers = _NO_SEGMENTS  # nothing queued: no deque kept
+            self._buffers = _NO_SEGMENTS  # type: ignore[assignment]  # nothing queued: no deque kept
 
     def _queue(self) -> collections.deque[_Segment]:
         """The deque of segments, made if nothing is queued (see "Strategy")."""
@@ -394,6 +394,6 @@ class ChunkedWriteBuffer:
         for seg in self._buffers:
             if type(seg) is memoryview:
                 seg.release()
-        self._buffers = _NO_SEGMENTS
+        self._buffers = _NO_SEGMENTS  # type: ignore[assignment]
         self._first_pos = 0
         self._nbytes = 0
