@@ -580,9 +580,6 @@ def check_switched(client: Any, on: bool) -> None:
     (``on``), or none is (`dask_switch.verify`, asked of each process; the
     scheduler runs in this process, whose registry `switched` has already
     put back)."""
-    if "tornado_readinto.dask_switch" not in sys.modules:
-        check(not on, "the switch was never imported")
-        return
     from tornado_readinto import dask_switch
 
     report = dask_switch.verify(client)
@@ -606,21 +603,24 @@ def open_side(
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
     env = side_env(protocol, args)
     scheme = protocol.removesuffix(SWITCHED)
-    with environ(env), switched(protocol != scheme):  # LocalCluster starts (and spawns its workers) in __init__
-        cluster = LocalCluster(
-            protocol=f"{scheme}://",
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=":0",  # None would mean the default port 8787
-            worker_dashboard_address=None,
-            **kwargs,
-            **cluster_kwargs,
-        )
-        with switched(protocol != scheme):
-            client = Client(cluster, timeout="60s", **kwargs)
-    with cluster, client:
+    with contextlib.ExitStack() as opened:
+        # LocalCluster starts (and spawns its workers) in __init__, and the
+        # client connects in its own: both while the switch (if any) is on.
+        with environ(env), switched(protocol != scheme):
+            cluster = opened.enter_context(
+                LocalCluster(
+                    protocol=f"{scheme}://",
+                    n_workers=n_workers,
+                    threads_per_worker=threads_per_worker,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=":0",  # None would mean the default port 8787
+                    worker_dashboard_address=None,
+                    **kwargs,
+                    **cluster_kwargs,
+                )
+            )
+            client = opened.enter_context(Client(cluster, timeout="60s", **kwargs))
         client.wait_for_workers(n_workers, timeout=120)
         workers = sorted(client.scheduler_info()["workers"])
         check(all(w.startswith(f"{scheme}://") for w in workers), f"workers not on {scheme}://: {workers}")

@@ -154,12 +154,13 @@ SEND: Final = 2
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
 
-#: The most bytes that one receive or send of the compiled build moves with
-#: a native call that keeps the GIL, untimed (`StreamCore.recv_plain`,
+#: The most bytes that one receive or send moves with a call that keeps the
+#: GIL, timed or not, in either build (`StreamCore.recv_plain`,
 #: `StreamCore.send_queued`): a non-blocking call that copies this much
 #: returns within microseconds, sooner than a GIL hand-off could.  Larger
 #: ones (a big frame received in place, a large send) use the socket's own
-#: methods, which release the GIL while the kernel copies.
+#: methods, which release the GIL while the kernel copies (and faults in
+#: fresh pages), and are not timed: their time says nothing about a stall.
 HOLD_MAX_NBYTES: Final = 64 * 1024  # bytes
 
 #: Those calls are untimed only in a process with no other Python thread;
@@ -475,7 +476,8 @@ class StreamCore(ReadCore):
         on EAGAIN, 0 at EOF (Tornado's ``read_from_fd`` contract).  While the
         GIL is seen to be contended, a real socket is read with a ``recv``
         that keeps it (see `tornado_readinto._gilheld`).  Costs two
-        ``perf_counter`` reads.
+        ``perf_counter`` reads; a receive into more than `HOLD_MAX_NBYTES`
+        is always the socket's own, untimed.
 
         In the compiled build, in a process with no other Python thread, a
         real socket's receive of up to `HOLD_MAX_NBYTES` is one native
