@@ -9,6 +9,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --workload busy-worker --pair tcp --switch-interval 5ms,1ms,500us
     python -m benchmarks dask --workload transfer-cold --repeat 7       # fresh clusters, wall-clock GB/s
     python -m benchmarks dask --workload transfer-cold --env TORNADO_READINTO_HOLD_GIL=0   # one heuristic off
+    python -m benchmarks dask --pair switch-sink,switch-source --workload transfer,transfer-cold   # mixed pairs
 
 (``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
@@ -73,10 +74,19 @@ PAIRS: dict[str, tuple[str, str]] = {
     "tls": ("tls", "readinto-tls"),
     "switch": ("tcp", "tcp+switch"),
     "switch-tls": ("tls", "tls+switch"),
+    "switch-sink": ("tcp", "tcp+switch-sink"),
+    "switch-source": ("tcp", "tcp+switch-source"),
 }
 
 #: The suffix of a switched side's protocol name (see `PAIRS`).
 SWITCHED = "+switch"
+#: A mixed side (``tcp+switch-sink``, ``tcp+switch-source``): a stock
+#: scheduler and client, and of the two workers only the one named
+#: switched, by its own preload (`tornado_readinto.dask_switch.PRELOAD` in
+#: that worker's ``preload``): the sink (worker b, which fetches) or the
+#: source (worker a, which serves), so that every array crosses between a
+#: switched and a stock process, in one direction or the other.
+MIXED_ROLES: dict[str, int] = {"tcp+switch-source": 0, "tcp+switch-sink": 1}
 
 #: The readinto side's protocols: ``--env`` applies to their clusters only.
 READINTO_PROTOCOLS = tuple(readinto for _, readinto in PAIRS.values())
@@ -131,6 +141,9 @@ PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {
     "tls": ("rpc", "transfer", "transfer-cold", "busy-worker"),
     "switch": ("rpc", "transfer", "transfer-cold"),
     "switch-tls": ("rpc", "transfer", "transfer-cold"),
+    # The client and the scheduler are stock there: only worker-to-worker transfers differ.
+    "switch-sink": ("transfer", "transfer-cold"),
+    "switch-source": ("transfer", "transfer-cold"),
 }
 
 #: The busy-worker cluster: one worker process, both of its threads busy.
@@ -149,6 +162,9 @@ class DaskResult(h.Repeated):
     skipped: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The ``--pair`` it ran in: pairs share a baseline protocol's name
+    #: (``tcp`` in ``tcp``, ``switch``, ``switch-sink``...), not its run.
+    pair: str = ""
 
     @property
     def metric(self) -> Metric:
@@ -183,7 +199,7 @@ def difference(results: Sequence[DaskResult], result: DaskResult) -> float | Non
 def baseline_of(results: Sequence[DaskResult], result: DaskResult) -> DaskResult | None:
     """The baseline protocol's result of ``result``'s workload, or None."""
     return h.find_baseline(
-        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline)
+        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline, r.pair)
     )
 
 
@@ -602,6 +618,10 @@ def open_side(
 
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
     env = side_env(protocol, args)
+    if protocol in MIXED_ROLES:
+        with environ(env), open_mixed_side(protocol, args, n_workers, threads_per_worker, **cluster_kwargs) as side:
+            yield side
+        return
     scheme = protocol.removesuffix(SWITCHED)
     with contextlib.ExitStack() as opened:
         # LocalCluster starts (and spawns its workers) in __init__, and the
@@ -631,6 +651,38 @@ def open_side(
         check(all(s == seen[0] for s in seen), f"the workers disagree on {names}: {seen}")
         check(all(seen[0][name] == value for name, value in env.items()), f"--env {env} not in the workers: {seen[0]}")
         yield Side(protocol, cluster, client, workers, worker_env=seen[0])
+
+
+@contextlib.contextmanager
+def open_mixed_side(
+    protocol: str, args: argparse.Namespace, n_workers: int, threads_per_worker: int, **cluster_kwargs: Any
+) -> Iterator[Side]:
+    """A `MIXED_ROLES` side: two worker processes on ``tcp://`` under a stock
+    scheduler (in this process, as `open_side`'s) and a stock client, the
+    worker of the role switched by its own preload; ``Side.workers`` is
+    (source, sink), the switched one in its role's place."""
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    from tornado_readinto import dask_switch
+
+    check(n_workers == 2 and not cluster_kwargs, f"a mixed side has two workers, not {n_workers} {cluster_kwargs}")
+    worker = {"nthreads": threads_per_worker, "host": "127.0.0.1", "dashboard": False}
+    workers = {
+        "plain": {"cls": Nanny, "options": worker},
+        "switched": {"cls": Nanny, "options": {**worker, "preload": [dask_switch.PRELOAD]}},
+    }
+    scheduler = {"cls": Scheduler, "options": {"protocol": "tcp://", "host": "127.0.0.1", "dashboard_address": ":0"}}
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster, timeout="60s") as client:
+        client.wait_for_workers(2, timeout=120)
+        report = dask_switch.verify(client)
+        states = {a: (w["switched"], w.get("listener_switched", False)) for a, w in report["workers"].items()}
+        switched = [a for a, state in states.items() if state == (True, True)]
+        plain = [a for a, state in states.items() if state == (False, False)]
+        check(len(switched) == 1 and len(plain) == 1, f"{protocol}: not one switched and one stock worker: {report}")
+        check(not report["scheduler"].get("listener_switched", False), f"{protocol}: a switched scheduler: {report}")
+        roles = [plain[0], plain[0]]
+        roles[MIXED_ROLES[protocol]] = switched[0]
+        yield Side(protocol, cluster, client, roles)
 
 
 def run_alternating(
@@ -760,34 +812,44 @@ def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Dask
         config["distributed.comm.readinto.busy-poll"] = args.busy_poll
     with dask.config.set(config), tempfile.TemporaryDirectory(prefix="bench-dask-") as tmp:
         for pair in args.pair:
-            baseline, readinto = PAIRS[pair]
-            workloads = [w for w in args.workload if w in PAIR_WORKLOADS[pair]]
-            if not workloads:
-                continue
-            security = make_security(tmp) if baseline == "tls" else None
-            runnable = []
-            for workload in workloads:
-                reason = shuffle_unavailable() if workload == "shuffle" else None
-                if reason is not None:
-                    results += [
-                        DaskResult(row, p, baseline, skipped=reason)
-                        for row in ROWS[workload]
-                        for p in (baseline, readinto)
-                    ]
-                else:
-                    runnable.append(workload)
-            shared = [w for w in runnable if w not in FRESH_CLUSTER_WORKLOADS]
-            if shared:
-                started = time.perf_counter()
-                with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
-                    progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
-                    for workload in shared:
-                        results += run_workload(workload, (a, b), baseline, args, progress)
-            for workload in (w for w in runnable if w in FRESH_CLUSTER_WORKLOADS):  # the shared ones are gone
-                if workload == "busy-worker":
-                    results += busy.run_busy_worker((baseline, readinto), security, args, progress)
-                else:
-                    results += run_fresh_workload(workload, (baseline, readinto), security, args, progress)
+            first = len(results)
+            results += _run_pair(pair, args, tmp, progress)
+            for result in results[first:]:
+                result.pair = pair
+    return results
+
+
+def _run_pair(pair: str, args: argparse.Namespace, tmp: str, progress: Callable[[str], None]) -> list[DaskResult]:
+    """One ``--pair``'s workloads."""
+    results: list[DaskResult] = []
+    baseline, readinto = PAIRS[pair]
+    workloads = [w for w in args.workload if w in PAIR_WORKLOADS[pair]]
+    if not workloads:
+        return results
+    security = make_security(tmp) if baseline == "tls" else None
+    runnable = []
+    for workload in workloads:
+        reason = shuffle_unavailable() if workload == "shuffle" else None
+        if reason is not None:
+            results += [
+                DaskResult(row, p, baseline, skipped=reason)
+                for row in ROWS[workload]
+                for p in (baseline, readinto)
+            ]
+        else:
+            runnable.append(workload)
+    shared = [w for w in runnable if w not in FRESH_CLUSTER_WORKLOADS]
+    if shared:
+        started = time.perf_counter()
+        with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
+            progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
+            for workload in shared:
+                results += run_workload(workload, (a, b), baseline, args, progress)
+    for workload in (w for w in runnable if w in FRESH_CLUSTER_WORKLOADS):  # the shared ones are gone
+        if workload == "busy-worker":
+            results += busy.run_busy_worker((baseline, readinto), security, args, progress)
+        else:
+            results += run_fresh_workload(workload, (baseline, readinto), security, args, progress)
     return results
 
 
@@ -838,8 +900,9 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             type=h.csv(h.choice("pair", PAIRS)),
             default=["tcp", "tls"],
             help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://), switch"
-            " (stock tcp:// vs tcp:// with the switch on in every process), switch-tls (the same for tls://);"
-            " default tcp,tls",
+            " (stock tcp:// vs tcp:// with the switch on in every process), switch-tls (the same for tls://),"
+            " switch-sink / switch-source (stock tcp:// vs a stock scheduler and client with only the fetching /"
+            " the serving worker switched: transfers between a switched and a stock process); default tcp,tls",
         )
         p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
         p.add_argument("--rpc", type=h.positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")

@@ -344,3 +344,40 @@ def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
         ("rpc", "tcp"), ("rpc", "tcp+switch"), ("transfer", "tcp"), ("transfer", "tcp+switch")
     ]  # fmt: skip
     assert all(r["status"] == "ok" and r["value"]["median"] > 0 for r in rows), rows
+
+
+def test_bench_dask_each_pair_has_its_own_baseline() -> None:
+    """Pairs share the baseline protocol's name (``tcp``): each row is
+    compared with the baseline of its own pair's run, not the first ``tcp``."""
+    rows = [
+        make_result("transfer", "tcp", "tcp", [0.5], pair="switch-sink"),
+        make_result("transfer", "tcp+switch-sink", "tcp", [0.75], pair="switch-sink"),
+        make_result("transfer", "tcp", "tcp", [1.0], pair="switch-source"),
+        make_result("transfer", "tcp+switch-source", "tcp", [1.1], pair="switch-source"),
+    ]
+    assert ratio(rows, rows[1]) == pytest.approx(0.75 / 0.5)
+    assert ratio(rows, rows[3]) == pytest.approx(1.1 / 1.0)
+
+
+def test_bench_dask_mixed_pairs_tiny_real_run(tmp_path: Path) -> None:
+    """The mixed pairs: a stock scheduler and client with one switched
+    worker, the fetching one (switch-sink) or the serving one
+    (switch-source); `open_mixed_side` checks through ``dask_switch.verify``
+    that exactly that worker is switched.  Every array crosses between a
+    switched and a stock process and passes its checks; each row has its
+    own pair's baseline; this process stays stock."""
+    from tornado_readinto import dask_switch
+
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "transfer", "--pair", "switch-sink,switch-source", "--repeat", "1", "--warmup", "0",
+            "--transfer-size", "1MiB", "--transfer-count", "2", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    assert not dask_switch.is_switched()
+    rows = json.loads(path.read_text())["results"]
+    assert [(r["pair"], r["protocol"]) for r in rows] == [
+        ("switch-sink", "tcp"), ("switch-sink", "tcp+switch-sink"),
+        ("switch-source", "tcp"), ("switch-source", "tcp+switch-source"),
+    ]  # fmt: skip
+    assert all(r["status"] == "ok" and r["value"]["median"] > 0 for r in rows), rows
+    for mixed, base in ((rows[1], rows[0]), (rows[3], rows[2])):
+        assert mixed["x_baseline"] == pytest.approx(mixed["value"]["median"] / base["value"]["median"], rel=1e-3)
