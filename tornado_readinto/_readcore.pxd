@@ -12,6 +12,7 @@ from tornado_readinto.framing cimport FrameReader
 
 # A C constant (see _readcore.py).
 cdef Py_ssize_t POOL_MAX_NBYTES
+cdef Py_ssize_t SPARE_MAX_NBYTES
 
 
 # CPython's own fields of the objects that read-ahead storage is made of
@@ -42,6 +43,7 @@ cdef inline bint _unshared_c(object ra, object view) noexcept:
 cdef class ReadAheadPool:
     cdef readonly Py_ssize_t buffer_nbytes    # the size of every buffer
     cdef readonly Py_ssize_t max_buffers      # the most free buffers kept
+    cdef public Py_ssize_t misses             # takes that found no free buffer
     cdef readonly list _free                  # memoryviews over whole bytearrays; last given back last
 
 
@@ -106,6 +108,8 @@ cdef class ReadCore:
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)
     cdef object _feed_reader(self, FrameReader reader)
     cdef object _reserve(self, Py_ssize_t free_nbytes)
+    @cython.locals(pool=ReadAheadPool, size=Py_ssize_t, start=Py_ssize_t, ra=bytearray, own=bytearray)
+    cpdef object spare_storage(self)
     @cython.locals(pool=ReadAheadPool, free=list)
     cdef object _take_storage(self, Py_ssize_t capacity)
     @cython.locals(start=Py_ssize_t, size=Py_ssize_t)

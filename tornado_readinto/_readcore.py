@@ -67,7 +67,15 @@ else:
     except ModuleNotFoundError:
         from . import _cyshim as cython
 
-__all__ = ["ReadCore", "ReadAheadPool", "read_ahead_pool", "PENDING", "DIRECT_READ_MIN_NBYTES", "POOL_MAX_NBYTES"]
+__all__ = [
+    "ReadCore",
+    "ReadAheadPool",
+    "read_ahead_pool",
+    "PENDING",
+    "DIRECT_READ_MIN_NBYTES",
+    "POOL_MAX_NBYTES",
+    "SPARE_MAX_NBYTES",
+]
 
 #: A ``read_into`` whose missing bytes are at least this many is received
 #: straight into the caller's buffer; a smaller remainder goes through the
@@ -80,6 +88,10 @@ DIRECT_READ_MIN_NBYTES: Final = 16 * 1024  # bytes
 #: cost in buffers, whatever their number, once a burst has passed.  A
 #: buffer given back to a full pool is freed.
 POOL_MAX_NBYTES: Final = 1024 * 1024  # bytes
+
+#: The most bytes read ahead that `ReadCore.spare_storage` moves out of a
+#: pool buffer into storage of their own size when the pool has run dry.
+SPARE_MAX_NBYTES: Final = 16 * 1024  # bytes
 
 #: Tornado's defaults (``BaseIOStream.__init__``).
 DEFAULT_MAX_BUFFER_SIZE: Final = 104857600  # bytes (100 MB)
@@ -177,13 +189,17 @@ class ReadAheadPool:
     .. versionadded:: 0.3
     """
 
-    __slots__ = ("buffer_nbytes", "max_buffers", "_free")
+    __slots__ = ("buffer_nbytes", "max_buffers", "misses", "_free")
 
     def __init__(self, buffer_nbytes: int, max_buffers: int) -> None:
         #: The size of every buffer of this pool.
         self.buffer_nbytes = buffer_nbytes
         #: The most free buffers kept.
         self.max_buffers = max_buffers
+        #: Takes that found no free buffer (a new one was made): from the
+        #: second on, streams hold several buffers at once, and a core
+        #: gives its buffer back early where it can (`ReadCore.spare_storage`).
+        self.misses = 0
         # memoryviews over whole bytearrays of buffer_nbytes bytes
         self._free: list[memoryview] = []
 
@@ -653,6 +669,10 @@ class ReadCore:
                 lent.release()
             except BufferError:
                 pass
+        # Dropped now: a reference to the core's own view, alive while this
+        # call gives the storage back (a message completed), would keep it
+        # from its pool (the compiled build's test counts references).
+        lent = None
         mode = self._mode
         if mode == _INTO and not self._direct and nbytes:
             # A small read_into (a header) completed from the read-ahead
@@ -945,6 +965,40 @@ class ReadCore:
         self._release_read_ahead()
         self._ra, self._ra_view, self._start = new_view.obj, new_view, 0  # type: ignore[assignment]
 
+    def spare_storage(self) -> None:
+        """Between reads, when the pool has no free buffer left and has run
+        dry before (`ReadAheadPool.misses` ≥ 2): move the few bytes read
+        ahead (at most `SPARE_MAX_NBYTES`) into storage of their own size
+        and give the pool buffer back.
+
+        Why: on a loop that runs every readiness callback of a turn before
+        the tasks they wake (uvloop), each stream that received a small
+        message holds a pool buffer until its task reads it; with more such
+        streams than the pool keeps, every message cost a new zeroed buffer
+        (and its free).  This costs one copy of those few bytes instead;
+        nothing where streams take turns with one buffer (asyncio's loop,
+        whose reads wake their task in the readiness callback).  O(1)
+        otherwise."""
+        pool = self._pool
+        size = self.buffered_nbytes
+        ra = self._ra
+        if (
+            pool is None
+            or pool._free
+            or pool.misses < 2
+            or not size
+            or size > SPARE_MAX_NBYTES
+            or self._mode != _IDLE
+            or ra is None
+            or len(ra) != pool.buffer_nbytes
+        ):
+            return
+        start = self._start
+        assert self._ra_view is not None
+        own = bytearray(self._ra_view[start : start + size])
+        self._release_read_ahead()
+        self._ra, self._ra_view, self._start = own, memoryview(own), 0
+
     def _take_storage(self, capacity: int) -> memoryview:
         """A view over whole new storage of ``capacity`` bytes: a buffer of
         the pool when ``capacity`` is ``read_chunk_size`` and the pool has
@@ -959,6 +1013,7 @@ class ReadCore:
                     return free.pop()  # type: ignore[no-any-return]
                 except IndexError:  # (the pure build: another thread took the last one)
                     pass
+            pool.misses += 1
         return memoryview(_new_bytearray(capacity))
 
     def _take_into(self, dst: Any, dst_start: int, nbytes: int) -> None:

@@ -447,6 +447,7 @@ class StreamCore(ReadCore):
             self.nbytes_received += received
             if not reading:
                 self.buffer_updated(received)
+                self.spare_storage()
                 return PENDING
             try:
                 result = self.buffer_updated(received, True)
@@ -458,6 +459,7 @@ class StreamCore(ReadCore):
             if result is not PENDING:
                 if self.rcvlowat != 1:
                     self._set_rcvlowat(1)
+                self.spare_storage()
                 return result
             if not self.readable_hint:
                 break
