@@ -884,8 +884,9 @@ def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], m
 class _FailingProcess(processes.ChildProcess):
     """A server process that exits at once."""
 
-    def __init__(self, argv: list[str], stderr: Any, env: Any = None, cpus: Any = None) -> None:
-        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr, env, cpus)
+    def __init__(self, argv: list[str], stderr: Any, env: Any = None, cpus: Any = None, prefix: Any = ()) -> None:
+        argv = ["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"]
+        super().__init__(argv, stderr, env, cpus, prefix)
 
 
 def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
