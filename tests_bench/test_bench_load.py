@@ -977,11 +977,11 @@ def test_load_tls_client_that_does_not_trust_the_server_fails_the_case(
     handshake fails, and so do the case and the run."""
     write_cert_files = _tls.write_cert_files
 
-    def another_ca(directory: str) -> tuple[str, str]:
-        cert_file, _ = write_cert_files(directory)
+    def another_ca(directory: str, host: str) -> tuple[str, str]:
+        cert_file, _ = write_cert_files(directory, host)
         other = os.path.join(directory, "other")
         os.mkdir(other)
-        return cert_file, write_cert_files(other)[1]
+        return cert_file, write_cert_files(other, host)[1]
 
     monkeypatch.setattr(_tls, "write_cert_files", another_ca)
     argv = ["--server", "readinto", "--loop", "asyncio", "--client-loop", "asyncio", "--tls", *SMOKE]
