@@ -5,13 +5,19 @@
     python -m benchmarks echo --list
 
 (``python -m benchmarks.echo`` and ``python benchmarks/echo.py`` run the same.)
-For every case (implementation x message size x frames x mode x clients) the
-server and the client run in two fresh processes on 127.0.0.1 (see
-``benchmarks/impls``); the client prints its measurements as JSON, the
-server its peak RSS.  Every echo is checked (sequence stamp, frame sizes),
-the first and last message of each connection byte for byte, and the
-server's message count against the client's; a failed check fails the case
-and makes the exit status non-zero.  See benchmarks/README.rst.
+For every case (implementation x message size x frames x mode x clients x
+path) the server and the client run in two fresh processes on 127.0.0.1 (see
+``benchmarks/impls``), or with ``--netpath mtu1500`` / ``mtu9000`` (root) in
+two fresh network namespaces joined by a veth pair of that MTU, optionally
+rate-limited (``mtu1500@1gbit``: tc tbf on both ends; see
+``benchmarks.harness.netpath``).  The client prints its measurements as
+JSON, with the server process's CPU time over each window (from /proc), the
+server its peak RSS.  Where the link is the limit, implementations that all
+fill it differ in the server's CPU seconds per GiB, not in msgs/s.  Every
+echo is checked (sequence stamp, frame sizes), the first and last message of
+each connection byte for byte, and the server's message count against the
+client's; a failed check fails the case and makes the exit status non-zero.
+See benchmarks/README.rst.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/echo.py
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks import harness as h  # noqa: E402
+from benchmarks.harness import netpath  # noqa: E402
 from benchmarks.harness import plot as plots  # noqa: E402
 from benchmarks.impls import DEFAULT_IMPLS, IMPLS, availability  # noqa: E402
 
@@ -43,8 +50,22 @@ MAX_INFLIGHT_NBYTES = 256 << 20
 #: The ratio columns: msgs/s relative to these implementations, same case.
 BASELINES = ("stock-read_bytes", "threads")
 
-#: Metrics stored per repeat.
-METRICS = ("msgs_per_s", "mib_per_s", "p50_s", "p99_s")
+#: Metrics stored per repeat.  The CPU figures are the server's (and the
+#: client's) process CPU time over the window: per wall-clock second (%), per
+#: GiB of payload echoed (each GiB received and sent back) and per message.
+METRICS = (
+    "msgs_per_s",
+    "mib_per_s",
+    "p50_s",
+    "p99_s",
+    "server_cpu_pct",
+    "server_cpu_s_per_gib",
+    "server_cpu_us_per_msg",
+    "client_cpu_pct",
+    "client_cpu_s_per_gib",
+)
+
+GiB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,7 @@ class Case:
     nframes: int
     mode: str
     clients: int
+    path: netpath.PathSpec = netpath.LOOPBACK
 
     def window(self, window: int) -> int:
         if self.mode == "pingpong":
@@ -78,13 +100,14 @@ class Result(h.Repeated):
     skipped: str | None = None  # why the implementation cannot run here
     error: str | None = None  # why the case failed
     extra: dict[str, Any] = field(default_factory=dict)
+    path: str = netpath.LOOPBACK.name  # the network path (--netpath), its details in extra["netpath"]
 
     #: Counts added up over rounds: with them the checks agree after ``--rounds``.
     summed = ("verified_messages", "messages_sent", "messages_echoed_by_server", "full_compares")
 
     @property
-    def case(self) -> tuple[int, int, str, int]:
-        return (self.msize, self.nframes, self.mode, self.clients)
+    def case(self) -> tuple[str, int, int, str, int]:
+        return (self.path, self.msize, self.nframes, self.mode, self.clients)
 
 
 def ratio(results: Sequence[Result], result: Result, baseline: str) -> float | None:
@@ -100,7 +123,10 @@ def _ratio(baseline: str) -> h.Ratio[Result]:
 
 class EchoSuite(h.TableSuite[Case, Result]):
     name = "echo"
-    summary = "A/B echo over 127.0.0.1: stock Tornado vs tornado_readinto, asyncio, uvloop, threads (msgs/s, MiB/s)"
+    summary = (
+        "A/B echo over 127.0.0.1 or a veth pair: stock Tornado vs tornado_readinto, asyncio, uvloop, threads "
+        "(msgs/s, MiB/s, server CPU/GiB)"
+    )
     description = __doc__ or ""
     result_type = Result
     summaries = METRICS
@@ -114,6 +140,8 @@ class EchoSuite(h.TableSuite[Case, Result]):
         h.metric("MiB/s", "mib_per_s", h.format_rate),
         h.metric("p50", "p50_s", h.format_seconds, spread=False),
         h.metric("p99", "p99_s", h.format_seconds, spread=False),
+        h.metric("srv CPU", "server_cpu_pct", h.format_pct, spread=False),
+        h.metric("srv s/GiB", "server_cpu_s_per_gib", h.format_number),
         h.Column(
             "RSS srv/cli", lambda results, r: f"{h.format_mib(r.server_rss_bytes)}/{h.format_mib(r.client_rss_bytes)}"
         ),
@@ -146,6 +174,7 @@ class EchoSuite(h.TableSuite[Case, Result]):
             "--warmup", type=h.non_negative, default=0.25, help="seconds of warm-up per case (default: 0.25)"
         )
         p.add_argument("--full", action="store_true", help="all impls, sizes 1KiB..100MiB, nframes 1,4, both modes")
+        netpath.add_argument(p)
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         full = args.full
@@ -153,26 +182,32 @@ class EchoSuite(h.TableSuite[Case, Result]):
         args.msize = args.msize or [h.parse_size(s) for s in (FULL_MSIZES if full else DEFAULT_MSIZES)]
         args.nframes = args.nframes or ([1, 4] if full else [1])
         args.mode = args.mode or (list(MODES) if full else ["pingpong"])
+        netpath.check_argument(args, p)
         for msize in args.msize:
             for nframes in args.nframes:
                 if msize < 8 * nframes:
                     p.error(f"--msize {h.format_size(msize)} with {nframes} frames: need at least 8 bytes per frame")
 
     def cases(self, args: argparse.Namespace) -> list[Case]:
-        """Implementations innermost, so the ones compared run back to back."""
+        """Implementations innermost, so the ones compared run back to back,
+        then the paths."""
         return [
-            Case(impl, msize, nframes, mode, clients)
+            Case(impl, msize, nframes, mode, clients, path)
             for msize in args.msize
             for nframes in args.nframes
             for mode in args.mode
             for clients in args.clients
+            for path in args.netpath
             for impl in args.impl
         ]
 
     def run_case(self, case: Case, args: argparse.Namespace, round_index: int = 0) -> list[Result]:
-        """Run one case in a fresh server process and a fresh client process."""
+        """Run one case in a fresh server process and a fresh client process,
+        on a fresh path (`netpath.open_path`: nothing to do for loopback)."""
         window = case.window(args.window)
-        result = Result(case.impl, case.msize, case.nframes, case.mode, case.clients, window=window)
+        result = Result(
+            case.impl, case.msize, case.nframes, case.mode, case.clients, window=window, path=case.path.name
+        )
         reason = availability(IMPLS[case.impl])
         if reason is not None:
             result.skipped = reason
@@ -184,13 +219,19 @@ class EchoSuite(h.TableSuite[Case, Result]):
             return ["client", *common, "--port", str(started["port"]), "--msize", str(case.msize),
                     "--nframes", str(case.nframes), "--mode", case.mode, "--window", str(window),
                     "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}",
-                    "--repeat", str(args.repeat)]  # fmt: skip
+                    "--repeat", str(args.repeat), "--server-pid", str(server_pid)]  # fmt: skip
 
         try:
-            client, server = h.run_server_and_client(["server", *common], client_argv, timeout)
+            with netpath.open_path(case.path) as path:
+                host = ["--host", path.server_host]
+                client, server = h.run_server_and_client(
+                    ["server", *common, *host], lambda started, pid: [*client_argv(started, pid), *host], timeout,
+                    prefixes=(path.server_prefix(), path.client_prefix()),
+                )  # fmt: skip
             _fill(result, client, server, args.repeat)
-        except h.CaseFailed as exc:
+        except (h.CaseFailed, netpath.NetPathError) as exc:
             result.error = str(exc)
+        result.extra["netpath"] = case.path.record()
         return [result]
 
     def legend(self, nrepeats: int) -> str:
@@ -198,16 +239,28 @@ class EchoSuite(h.TableSuite[Case, Result]):
         return (
             f"msgs/s: messages echoed per second, {repeats} (min-max); MiB/s: one-way payload"
             " (msize x msgs/s);\np50/p99: latency per round trip (pingpong) or send-to-echo (pipelined);"
-            " RSS: peak MiB, server/client;\nx stock / x threads: msgs/s relative to stock-read_bytes / threads"
-            " in the same case of this run."
+            " RSS: peak MiB, server/client;\nsrv CPU: the server process's CPU time (user+system) per wall-clock"
+            " second over the windows (100% = one core);\nsrv s/GiB: its CPU seconds per GiB of payload echoed"
+            " (each GiB received and sent back), median (min-max): what moving\nthe bytes costs when the link,"
+            " not the CPU, is the limit; path (with --netpath): loopback, or mtuN (a veth pair of\nMTU N"
+            " between two network namespaces), @RATE: tc tbf on both ends;\nx stock / x threads: msgs/s"
+            " relative to stock-read_bytes / threads in the same case (and path) of this run."
         )
 
     def label(self, r: Result) -> str:
         name = f"{r.impl} {h.format_size(r.msize)} x{r.nframes} {r.mode}"
-        return name + (f" {r.clients} clients" if r.clients > 1 else "")
+        name += f" {r.clients} clients" if r.clients > 1 else ""
+        return name + (f" over {r.path}" if r.path != netpath.LOOPBACK.name else "")
 
     def brief(self, r: Result) -> str:
-        return f"{h.format_rate(r.median('msgs_per_s'))} msgs/s, {h.format_rate(r.median('mib_per_s'))} MiB/s"
+        return (
+            f"{h.format_rate(r.median('msgs_per_s'))} msgs/s, {h.format_rate(r.median('mib_per_s'))} MiB/s, "
+            f"server {h.format_pct(r.median('server_cpu_pct'))} CPU, "
+            f"{h.format_number(r.median('server_cpu_s_per_gib'))} CPU s/GiB"
+        )
+
+    def table_columns(self, results: Sequence[Result]) -> Sequence[h.Column[Result]]:
+        return netpath.with_column(self.columns, results, after="mode")
 
     def group(self, r: Result) -> Hashable:
         return r.case
@@ -228,6 +281,7 @@ class EchoSuite(h.TableSuite[Case, Result]):
             "warmup_s": args.warmup,
             "window": args.window,
             "max_inflight_nbytes": MAX_INFLIGHT_NBYTES,
+            "netpath": [spec.name for spec in args.netpath],
         }
 
     def listing(self) -> str:
@@ -244,16 +298,16 @@ class EchoSuite(h.TableSuite[Case, Result]):
         whiskers), one column per mode/nframes/clients; below, msgs/s relative to
         stock-read_bytes."""
         ok = [r for r in results if r.ok]
-        groups = sorted({(r.mode, r.nframes, r.clients) for r in ok})
+        groups = list(dict.fromkeys((r.path, r.mode, r.nframes, r.clients) for r in ok))
         impls = list(dict.fromkeys(r.impl for r in ok))
         label = {"mib_per_s": "MiB/s (one-way payload)", "msgs_per_s": "messages/s"}[metric]
         width = 0.8 / max(1, len(impls))
         figsize = (max(7.0, 5.5 * len(groups)), 8.0)
         with plots.figure(path, 2, max(1, len(groups)), figsize) as (fig, axes):
             colours = plots.colours(len(impls))
-            for col, (mode, nframes, clients) in enumerate(groups):
+            for col, (path, mode, nframes, clients) in enumerate(groups):
                 top, bottom = axes[0][col], axes[1][col]
-                group = [r for r in ok if (r.mode, r.nframes, r.clients) == (mode, nframes, clients)]
+                group = [r for r in ok if (r.path, r.mode, r.nframes, r.clients) == (path, mode, nframes, clients)]
                 sizes = sorted({r.msize for r in group})
                 values = []
                 for i, impl in enumerate(impls):
@@ -267,7 +321,8 @@ class EchoSuite(h.TableSuite[Case, Result]):
                 if positive and max(positive) / min(positive) > 20:
                     top.set_yscale("log")
                 title = f"{mode}, {nframes} frame{'s' if nframes > 1 else ''}/message"
-                top.set_title(title + (f", {clients} clients" if clients > 1 else ""))
+                title += f", {clients} clients" if clients > 1 else ""
+                top.set_title(title + (f", {path}" if path != netpath.LOOPBACK.name else ""))
                 top.set_ylabel(label)
                 bottom.set_ylabel(f"msgs/s relative to {BASELINES[0]}")
                 bottom.axhline(1.0, color="black", linewidth=0.8)
@@ -288,6 +343,13 @@ def _fill(result: Result, client: dict[str, Any], server: dict[str, Any], nrepea
     """Copy the processes' JSON into ``result``; raise `CaseFailed` if the counts disagree."""
     for repeat in client["repeats"]:
         repeat["mib_per_s"] = repeat["msgs_per_s"] * result.msize / h.MiB
+        gib_per_s = repeat["msgs_per_s"] * result.msize / GiB
+        for who in ("server", "client"):
+            pct = repeat.get(f"{who}_cpu_pct")
+            repeat[f"{who}_cpu_s_per_gib"] = pct / 100 / gib_per_s if pct is not None and gib_per_s else None
+        pct = repeat.get("server_cpu_pct")
+        msgs_per_s = repeat["msgs_per_s"]
+        repeat["server_cpu_us_per_msg"] = pct / 100 / msgs_per_s * 1e6 if pct is not None and msgs_per_s else None
     result.repeats = client["repeats"]
     result.window = client["window"]
     result.server_rss_bytes = server["rss_bytes"]

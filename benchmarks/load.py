@@ -38,7 +38,11 @@ TLS (a throwaway CA and certificate per case, made by trustme): stock
 loop's SSL transport.  Every echo is checked (header, sequence stamp),
 the first and last of each connection byte for byte, and the server's
 message count against the client's; a failed check fails the case and
-makes the exit status non-zero.  ``--count-syscalls`` also counts the
+makes the exit status non-zero.  ``--netpath mtu1500`` (``mtu9000``,
+``mtu1500@1gbit``...; root) runs the server and the client in two network
+namespaces joined by a veth pair of that MTU, optionally rate-limited, instead
+of over 127.0.0.1 (see ``benchmarks.harness.netpath``); the server's CPU time
+is read from /proc as on loopback.  ``--count-syscalls`` also counts the
 server's system calls by name for the whole run (``perf stat`` on the
 syscall tracepoints, see ``benchmarks.harness.syscounts``) and reports them
 per echoed message: CPU per message moves with what a syscall costs on the
@@ -63,8 +67,8 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/load.py
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from benchmarks import harness as h  # noqa: E402
+from benchmarks.harness import netpath, syscounts  # noqa: E402
 from benchmarks.harness import plot as plots  # noqa: E402
-from benchmarks.harness import syscounts  # noqa: E402
 from benchmarks.impls import EVENT_LOOPS, IMPLS, _tls, availability  # noqa: E402
 from benchmarks.impls._loadclient import default_client_loop  # noqa: E402
 
@@ -195,6 +199,7 @@ class LoadCase:
     rate: float  # messages/s per connection, 0 = as fast as possible
     gil_thread: bool = False  # a GIL-holding thread beside the server's loop
     tls: bool = False  # server and client over TLS
+    path: netpath.PathSpec = netpath.LOOPBACK  # the network path between them (--netpath)
 
 
 @dataclass
@@ -214,15 +219,16 @@ class LoadResult(h.Repeated):
     skipped: str | None = None  # why the server cannot run here
     error: str | None = None  # why the case failed
     extra: dict[str, Any] = field(default_factory=dict)
+    path: str = netpath.LOOPBACK.name  # the network path (--netpath), its details in extra["netpath"]
 
     #: Counts added up over rounds: with them the checks agree after ``--rounds``.
     summed = ("verified_messages", "messages_sent", "messages_echoed_by_server", "full_compares")
 
     @property
-    def group(self) -> tuple[bool, bool, int, int, float]:
-        """What a baseline must share besides the loop: the GIL thread, TLS,
-        connections, size, rate."""
-        return (self.gil_thread, self.tls, self.clients, self.msize, self.rate)
+    def group(self) -> tuple[str, bool, bool, int, int, float]:
+        """What a baseline must share besides the loop: the path, the GIL
+        thread, TLS, connections, size, rate."""
+        return (self.path, self.gil_thread, self.tls, self.clients, self.msize, self.rate)
 
 
 def cpu_metric(*results: LoadResult) -> str:
@@ -356,6 +362,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "tracepoints; needs perf and root) and report them per echoed message (sysc/msg column, "
             "progress line, JSON 'syscalls'); tracing adds a little server CPU",
         )
+        netpath.add_argument(p)
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         args.server = args.server or list(LOAD_SERVERS)
@@ -372,25 +379,31 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         for msize in args.msize:
             if msize < 8:
                 p.error(f"--msize {h.format_size(msize)}: need at least 8 bytes for the sequence stamp")
+        netpath.check_argument(args, p)
 
     def cases(self, args: argparse.Namespace) -> list[LoadCase]:
         """Servers innermost, so the ones compared (same loop, same case) run
-        back to back.  ``--offered`` becomes each connection's rate."""
+        back to back, then loops, then paths.  ``--offered`` becomes each
+        connection's rate."""
         loads = [(total, True) for total in args.offered] or [(rate, False) for rate in args.rate]
         return [
-            LoadCase(server, loop, clients, msize, value / clients if total else value, gil_thread, tls)
+            LoadCase(server, loop, clients, msize, value / clients if total else value, gil_thread, tls, path)
             for msize in args.msize
             for value, total in loads
             for clients in args.clients
             for gil_thread in CONDITION_MODES[args.gil_thread]
             for tls in CONDITION_MODES[args.tls]
+            for path in args.netpath
             for loop in args.loop
             for server in args.server
         ]
 
     def run_case(self, case: LoadCase, args: argparse.Namespace, round_index: int = 0) -> list[LoadResult]:
-        """Run one case in a fresh server process and a fresh load-client process."""
-        result = LoadResult(case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread, case.tls)
+        """Run one case in a fresh server process and a fresh load-client
+        process, on a fresh path (`netpath.open_path`: nothing to do for loopback)."""
+        result = LoadResult(
+            case.server, case.loop, case.clients, case.msize, case.rate, case.gil_thread, case.tls, path=case.path.name
+        )
         impl, wire = _all_servers()[case.server]
         reason = availability(IMPLS[impl], case.loop, tls=case.tls) or (_tls.unavailable() if case.tls else None)
         if reason is not None:
@@ -402,7 +415,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         gil_thread = ["--gil-thread"] if case.gil_thread else []
         counters: list[syscounts.SyscallCounter] = []
         first_line: dict[str, Any] = {}  # the server's: its port, its build, its CPUs...
-        with _cert_files(case.tls) as (cert_file, ca_file):
+        host = netpath.NetPath(case.path).server_host
+        with _cert_files(case.tls, host) as (cert_file, ca_file):
             tls_server = ["--tls-cert", cert_file] if cert_file else []
             tls_client = ["--tls-ca", ca_file] if ca_file else []
 
@@ -413,19 +427,22 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     "--server-tid", str(started["loop_tid"]),
                     "--msize", str(case.msize), "--wire", wire, "--rate", repr(case.rate),
                     "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
-                    *tls_client,
+                    "--host", host, *tls_client,
                 ]  # fmt: skip
                 if getattr(args, "count_syscalls", False):  # from the server's first line to its exit
                     counters.append(syscounts.SyscallCounter(server_pid))
                 return argv + (["--loop", args.client_loop] if args.client_loop else [])
 
-            server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common]
+            server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common,
+                           "--host", host]  # fmt: skip
             try:
                 pure = case.server in PURE_SERVERS
-                client, server = h.run_server_and_client(
-                    server_argv, client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None,
-                    pin=pin_cpus() if getattr(args, "pin", False) else None,
-                )  # fmt: skip
+                with netpath.open_path(case.path) as path:
+                    client, server = h.run_server_and_client(
+                        server_argv, client_argv, timeout, server_env=PURE_BUILD_ENV if pure else None,
+                        pin=pin_cpus() if getattr(args, "pin", False) else None,
+                        prefixes=(path.server_prefix(), path.client_prefix()),
+                    )  # fmt: skip
                 _fill(result, client, server, args.repeat)
                 for counter in counters:
                     result.extra["syscalls"] = syscounts.summary(counter.finish(), server["messages"])
@@ -433,11 +450,12 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 result.extra["server_cpus"] = first_line.get("cpus")
                 if pure and first_line.get("compiled") is not False:
                     raise h.CaseFailed(f"{case.server}: the server did not run the pure build: {first_line}")
-            except h.CaseFailed as exc:
+            except (h.CaseFailed, netpath.NetPathError) as exc:
                 result.error = str(exc)
             finally:
                 for counter in counters:
                     counter.kill()
+        result.extra["netpath"] = case.path.record()
         return [result]
 
     def legend(self, nrepeats: int) -> str:
@@ -454,6 +472,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "could not keep up; x asyncio-streams / x stock: loop us/msg relative to that server on the\n"
             "same loop in the same case of this run, GIL thread and TLS included (lower is cheaper);\n"
             "msgs/s x stock: msgs/s relative to stock's (higher is faster);\n"
+            "path (with --netpath): loopback, or mtuN (a veth pair of MTU N between two network namespaces),\n"
+            "@RATE: tc tbf on both ends; ratios compare servers on the same path;\n"
             "sysc/msg: the server's system calls per echoed message over the whole run (--count-syscalls;\n"
             "by name on the progress line and in the JSON)."
         )
@@ -462,7 +482,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         name = f"{r.server} on {r.loop}, {r.clients} clients, {h.format_size(r.msize)}"
         if r.rate:
             name += f", offered {format_rate_limit(offered_msgs_per_s(r))}"
-        return name + (", GIL thread" if r.gil_thread else "") + (", TLS" if r.tls else "")
+        name += (", GIL thread" if r.gil_thread else "") + (", TLS" if r.tls else "")
+        return name + (f", over {r.path}" if r.path != netpath.LOOPBACK.name else "")
 
     def brief(self, r: LoadResult) -> str:
         return (
@@ -481,6 +502,9 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
 
     def group(self, r: LoadResult) -> Hashable:
         return (r.group, r.loop)
+
+    def table_columns(self, results: Sequence[LoadResult]) -> Sequence[h.Column[LoadResult]]:
+        return netpath.with_column(self.columns, results, after="loop")
 
     def skip_label(self, r: LoadResult) -> str:
         return f"{r.server} on {r.loop}" + (" over TLS" if r.tls else "")
@@ -517,6 +541,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "openssl": ssl.OPENSSL_VERSION,
             "switch_interval_s": sys.getswitchinterval(),
             "clk_tck": os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else None,
+            "netpath": [spec.name for spec in args.netpath],
         }
 
     def listing(self) -> str:
@@ -537,7 +562,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
     def plot(self, results: Sequence[LoadResult], path: str, metric: str | None = None) -> None:
         """Grouped bars (x = server, colour = loop, min-max whiskers) of
         ``metric`` (default: `cpu_metric`), one panel per GIL-thread/connections/
-        size/rate case (TLS or not)."""
+        size/rate case (TLS or not, path)."""
         metric = metric or cpu_metric(*(r for r in results if r.ok))
         ok = [r for r in results if r.ok and r.median(metric) is not None]
         groups = sorted({r.group for r in ok})
@@ -559,9 +584,10 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     placed = [(x + plots.offset(i, len(loops), width), r) for x, server in enumerate(servers)
                               for r in ok if r.group == group and r.server == server and r.loop == loop]  # fmt: skip
                     plots.bars(ax, placed, metric, width, color=colours(i), label=loop)
-                gil_thread, tls, clients, msize, rate = group
+                path, gil_thread, tls, clients, msize, rate = group
                 title = f"{clients} connections, {h.format_size(msize)}, offered {format_rate_limit(rate * clients)}"
-                ax.set_title(title + (", GIL thread" if gil_thread else "") + (", TLS" if tls else ""))
+                title += (", GIL thread" if gil_thread else "") + (", TLS" if tls else "")
+                ax.set_title(title + (f", {path}" if path != netpath.LOOPBACK.name else ""))
                 ax.set_ylabel(label)
                 ax.set_xticks(range(len(servers)))
                 ax.set_xticklabels(servers, rotation=30, ha="right")
@@ -585,15 +611,15 @@ def _add_condition(p: argparse.ArgumentParser, flag: str, help: str) -> None:
 
 
 @contextlib.contextmanager
-def _cert_files(tls: bool) -> Iterator[tuple[str, str] | tuple[None, None]]:
-    """For a TLS case, a fresh CA and server certificate as PEM files
-    (``cert_file, ca_file``) that live as long as the case; ``(None, None)``
-    for plain TCP."""
+def _cert_files(tls: bool, host: str) -> Iterator[tuple[str, str] | tuple[None, None]]:
+    """For a TLS case, a fresh CA and a certificate for the server's address
+    ``host`` as PEM files (``cert_file, ca_file``) that live as long as the
+    case; ``(None, None)`` for plain TCP."""
     if not tls:
         yield None, None
         return
     with tempfile.TemporaryDirectory(prefix="load-tls-") as directory:
-        yield _tls.write_cert_files(directory)
+        yield _tls.write_cert_files(directory, host)
 
 
 def _fill(result: LoadResult, client: dict[str, Any], server: dict[str, Any], nrepeats: int) -> None:

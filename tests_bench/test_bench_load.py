@@ -884,8 +884,9 @@ def test_load_failed_case_sets_exit_status(capsys: pytest.CaptureFixture[str], m
 class _FailingProcess(processes.ChildProcess):
     """A server process that exits at once."""
 
-    def __init__(self, argv: list[str], stderr: Any, env: Any = None, cpus: Any = None) -> None:
-        super().__init__(["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"], stderr, env, cpus)
+    def __init__(self, argv: list[str], stderr: Any, env: Any = None, cpus: Any = None, prefix: Any = ()) -> None:
+        argv = ["server", "--impl", "threads", "--loop", "uvloop", "--clients", "1"]
+        super().__init__(argv, stderr, env, cpus, prefix)
 
 
 def test_rounds_alternate_the_order_and_pool_the_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -976,11 +977,11 @@ def test_load_tls_client_that_does_not_trust_the_server_fails_the_case(
     handshake fails, and so do the case and the run."""
     write_cert_files = _tls.write_cert_files
 
-    def another_ca(directory: str) -> tuple[str, str]:
-        cert_file, _ = write_cert_files(directory)
+    def another_ca(directory: str, host: str) -> tuple[str, str]:
+        cert_file, _ = write_cert_files(directory, host)
         other = os.path.join(directory, "other")
         os.mkdir(other)
-        return cert_file, write_cert_files(other)[1]
+        return cert_file, write_cert_files(other, host)[1]
 
     monkeypatch.setattr(_tls, "write_cert_files", another_ca)
     argv = ["--server", "readinto", "--loop", "asyncio", "--client-loop", "asyncio", "--tls", *SMOKE]

@@ -13,6 +13,8 @@ A suite module declares its cases, how to run one case and its columns (a
 * ``cpu``: one way to read a process's CPU time, one for a thread's;
 * ``verify``: failed cases and result checks;
 * ``processes``: a case's server and client in fresh processes;
+* ``netpath``: the network path between them, loopback or a veth pair
+  between two network namespaces (``--netpath``);
 * ``units``: sizes, rates and times as text, and the argparse types.
 """
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -40,14 +41,21 @@ def child_env() -> dict[str, str]:
 
 class ChildProcess:
     """``python -m benchmarks.impls ARGV``, whose stdout JSON lines we read
-    with deadlines; its stderr goes to the file ``stderr``."""
+    with deadlines; its stderr goes to the file ``stderr``.  ``prefix`` goes
+    before the command, e.g. ``ip netns exec NAME`` (see `netpath`): it must
+    exec the command, so that ``proc.pid`` is the benchmark process's pid."""
 
     def __init__(
-        self, argv: list[str], stderr: IO[bytes], env: dict[str, str] | None = None, cpus: set[int] | None = None
+        self,
+        argv: list[str],
+        stderr: IO[bytes],
+        env: dict[str, str] | None = None,
+        cpus: set[int] | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.argv = argv
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.impls", *argv], stdout=subprocess.PIPE, stderr=stderr,
+            [*prefix, sys.executable, "-m", "benchmarks.impls", *argv], stdout=subprocess.PIPE, stderr=stderr,
             env={**child_env(), **(env or {})},
             preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
         )  # fmt: skip
@@ -109,13 +117,16 @@ def run_server_and_client(
     timeout_s: float,
     server_env: dict[str, str] | None = None,
     pin: tuple[set[int], set[int]] | None = None,
+    prefixes: tuple[Sequence[str], Sequence[str]] = ((), ()),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start a server process (``server_env`` added to its environment), read
     its first line (its port...), start the client process with
     ``client_argv(first_line, server_pid)``; return the last lines of the
     client and of the server, each after it exited with status 0.  Both
     processes are gone when this returns.  ``pin``: the CPUs of the server
-    and of the client (their affinity), or None.
+    and of the client (their affinity), or None.  ``prefixes``: what goes
+    before the server's and the client's command (`ChildProcess`), e.g. to
+    run them in the two namespaces of a `netpath.NetPath`.
 
     :raises CaseFailed: a process failed, or was too slow (``timeout_s``
         for the client's run, `STARTUP_TIMEOUT_S` for the rest).
@@ -124,10 +135,12 @@ def run_server_and_client(
     with tempfile.TemporaryFile() as server_err, tempfile.TemporaryFile() as client_err:
         try:
             server_cpus, client_cpus = pin if pin is not None else (None, None)
-            server = ChildProcess(server_argv, server_err, server_env, server_cpus)
+            server_prefix, client_prefix = prefixes
+            server = ChildProcess(server_argv, server_err, server_env, server_cpus, server_prefix)
             processes.append(server)
             started = server.read_json_line(STARTUP_TIMEOUT_S)
-            client = ChildProcess(client_argv(started, server.proc.pid), client_err, cpus=client_cpus)
+            client_cmd = client_argv(started, server.proc.pid)
+            client = ChildProcess(client_cmd, client_err, cpus=client_cpus, prefix=client_prefix)
             processes.append(client)
             client_out = client.finish(timeout_s + STARTUP_TIMEOUT_S)
             server_out = server.finish(STARTUP_TIMEOUT_S)

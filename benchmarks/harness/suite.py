@@ -85,8 +85,8 @@ class TableSuite(Suite, Generic[C, R]):
       ``ratios`` (the table's last columns, and keys of the JSON),
       ``summaries`` (metrics whose median/min/max go into the JSON);
     * `cases`, `run_case`, `legend`, and for the progress lines `label` and
-      `brief`; `group`, `skip_label`, `describe`, `key`, `meta`, `plot`
-      and `listing` where the defaults do not fit.
+      `brief`; `group`, `skip_label`, `describe`, `key`, `meta`, `plot`,
+      `table_columns` and `listing` where the defaults do not fit.
 
     The harness adds ``--repeat`` (unless ``repeat_default`` is None),
     ``--rounds`` (if ``rounds``), ``--json``, ``--plot`` (if the suite
@@ -149,6 +149,11 @@ class TableSuite(Suite, Generic[C, R]):
             meta["rounds"] = args.rounds
         return meta
 
+    def table_columns(self, results: Sequence[R]) -> Sequence[Column[R]]:
+        """The table's columns before the ratios (default ``columns``): a suite
+        may add one that only some runs need."""
+        return self.columns
+
     def listing(self) -> str | None:
         """What ``--list`` prints (a suite that lists nothing does not override this: no ``--list``)."""
         return None
@@ -190,7 +195,7 @@ class TableSuite(Suite, Generic[C, R]):
         measured = [r for r in results if r.skipped is None]
         return format_table(
             results,
-            [*self.columns, *(ratio.column() for ratio in self.ratios)],
+            [*self.table_columns(results), *(ratio.column() for ratio in self.ratios)],
             legend=self.legend(max((len(r.repeats) for r in measured), default=0)),
             group=self.group,
             skip_label=self.skip_label,

@@ -2,8 +2,10 @@
 
 Each `ImplSpec` names a class (``module:Class``) with two process entry
 points, ``run_server(listener, loop_name, nclients, timeout_s) -> int`` and
-``run_client(port, plan, loop_name, timeout_s) -> list[ConnStats]``; the
-server and the client of a case use the same class.  Event-loop
+``run_client(port, plan, loop_name, timeout_s, host=HOST) -> list[ConnStats]``;
+the server and the client of a case use the same class.  The server serves
+on the listener it is given (bound to the case's address: 127.0.0.1, or a
+veth address with ``--netpath``), the client connects to ``host``.  Event-loop
 implementations get both for free by subclassing ``_async.AsyncConn`` and
 writing ``from_socket``/``send``/``recv``/``close``; ``_threads.Threads``
 shows the blocking shape.

@@ -7,6 +7,12 @@
 
 ``python -m benchmarks.impls client --impl NAME --port P --msize ... ``
     runs the case and prints one JSON line (see ``_common.summarize``).
+    ``--server-pid PID``: also the server process's CPU time over each
+    window (from /proc).
+
+``--host ADDRESS`` (server, client and load-client): where the server
+listens and the clients connect instead of 127.0.0.1, e.g. the server's
+veth address when the two run in network namespaces (``--netpath``).
 
 ``--loop asyncio|uvloop`` (server and client) runs the implementation on that
 event loop instead of its registry entry's.
@@ -52,7 +58,7 @@ from typing import Any
 from benchmarks.harness.cpu import thread_cpu_s
 
 from . import EVENT_LOOPS, IMPLS, _http, _tls, load
-from ._async import run_loop
+from ._async import HOST, run_loop
 from ._common import CasePlan, VerificationError, process_stats, summarize
 from ._gilthread import start_gil_thread
 from ._loadclient import WIRES, LoadPlan, default_client_loop, run_load
@@ -67,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--clients", type=int, default=1)
         p.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
         p.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: the impl's)")
+        p.add_argument("--host", default=HOST, help=f"the server's address (default: {HOST})")
     sub.choices["server"].add_argument(
         "--gil-thread", action="store_true", help="run a GIL-holding thread beside the event loop"
     )
@@ -80,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     client.add_argument("--warmup", type=float, default=0.25)
     client.add_argument("--duration", type=float, default=1.0)
     client.add_argument("--repeat", type=int, default=1)
+    client.add_argument("--server-pid", type=int, default=0, help="process whose CPU time to sample (0: none)")
     lc = sub.add_parser("load-client")
     lc.add_argument("--port", type=int, required=True)
     lc.add_argument("--server-pid", type=int, default=0, help="process whose CPU time to sample (0: none)")
@@ -94,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--timeout", type=float, default=60.0, help="seconds before giving up")
     lc.add_argument("--loop", choices=EVENT_LOOPS, help="event loop (default: uvloop if it imports)")
     lc.add_argument("--tls-ca", metavar="PEM", help="connect over TLS, trusting the CA certificate in PEM")
+    lc.add_argument("--host", default=HOST, help=f"the server's address (default: {HOST})")
     hs = sub.add_parser("http-server")
     hs.add_argument("--impl", required=True, choices=("stock", "readinto"))
     hs.add_argument("--loop", choices=EVENT_LOOPS, default="asyncio")
@@ -128,7 +137,7 @@ def _load_client(args: argparse.Namespace) -> None:
     )
     loop = args.loop or default_client_loop()
     ssl_context = _tls.client_context(args.tls_ca) if args.tls_ca else None
-    result = run_loop(loop, lambda: run_load(args.port, plan, ssl_context=ssl_context), args.timeout)
+    result = run_loop(loop, lambda: run_load(args.port, plan, ssl_context=ssl_context, host=args.host), args.timeout)
     _emit({**result, "loop": loop, **process_stats()})
 
 
@@ -183,15 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--tls-cert: {args.impl} has no TLS server")
         if args.role == "server":
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.bind(("127.0.0.1", 0))
+            listener.bind((args.host, 0))
             listener.listen(args.clients + 8)
             _serve(impl, listener, loop, args)
         else:
             window = 1 if args.mode == "pingpong" else args.window
             plan = CasePlan(
-                args.msize, args.nframes, args.mode, window, args.warmup, args.duration, args.repeat, args.clients
-            )
-            stats = impl.run_client(args.port, plan, loop, args.timeout)
+                args.msize, args.nframes, args.mode, window, args.warmup, args.duration, args.repeat, args.clients,
+                args.server_pid,
+            )  # fmt: skip
+            stats = impl.run_client(args.port, plan, loop, args.timeout, host=args.host)
             _emit({**summarize(stats), "window": window, **process_stats()})
     except VerificationError as exc:
         print(f"{name}: VERIFICATION FAILED: {exc}", file=sys.stderr)

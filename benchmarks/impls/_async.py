@@ -17,6 +17,8 @@ from typing import Any, Callable, ClassVar, TypeVar
 from ._common import Buffer, CasePlan, ConnClosed, ConnStats, MessageRing, Recorder
 
 T = TypeVar("T")
+#: Where the server listens and the client connects unless told otherwise
+#: (``--host``: the server's veth address on a network-namespace path).
 HOST = "127.0.0.1"
 
 
@@ -103,8 +105,10 @@ class AsyncConn(abc.ABC):
         return run_loop(loop_name, lambda: serve(cls, listener, nclients, ssl_context), timeout_s)
 
     @classmethod
-    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
-        return run_loop(loop_name, lambda: run_clients(cls, port, plan), timeout_s)
+    def run_client(
+        cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float, host: str = HOST
+    ) -> list[ConnStats]:
+        return run_loop(loop_name, lambda: run_clients(cls, port, plan, host), timeout_s)
 
 
 async def echo_loop(conn: AsyncConn) -> int:
@@ -139,15 +143,15 @@ async def serve(
     return sum(await asyncio.gather(*tasks))
 
 
-async def run_clients(cls: type[AsyncConn], port: int, plan: CasePlan) -> list[ConnStats]:
-    """Open ``plan.clients`` connections and drive them concurrently."""
+async def run_clients(cls: type[AsyncConn], port: int, plan: CasePlan, host: str = HOST) -> list[ConnStats]:
+    """Open ``plan.clients`` connections to ``host:port`` and drive them concurrently."""
     loop = asyncio.get_running_loop()
     conns = []
     try:
         for _ in range(plan.clients):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             prepare_socket(sock)
-            await loop.sock_connect(sock, (HOST, port))
+            await loop.sock_connect(sock, (host, port))
             conns.append(await cls.from_socket(sock))
         return list(await asyncio.gather(*(drive(conn, plan) for conn in conns)))
     finally:
@@ -249,7 +253,7 @@ class SelfListeningConn(AsyncConn):
     (``tornado_readinto.comm``, ``distributed.comm``).
 
     The server closes the listener the harness bound and listens again on the
-    same port; the client's connect retries until it is up.  Subclasses
+    same address and port; the client's connect retries until it is up.  Subclasses
     implement `listen_on`, `connect_to`, `send` and `recv`, and for a TLS
     server `listen_tls_on` (setting `supports_tls`).
     """
@@ -262,20 +266,22 @@ class SelfListeningConn(AsyncConn):
         raise NotImplementedError(f"{cls.__name__} makes its own sockets")
 
     @classmethod
-    async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
-        """Listen on 127.0.0.1:``port``; return a function that stops listening."""
+    async def listen_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], host: str = HOST
+    ) -> Callable[[], None]:
+        """Listen on ``host:port``; return a function that stops listening."""
         raise NotImplementedError
 
     @classmethod
     async def listen_tls_on(
-        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext, host: str = HOST
     ) -> Callable[[], None]:
         """`listen_on`, over TLS with ``ssl_context``."""
         raise NotImplementedError(f"{cls.__name__} has no TLS server")
 
     @classmethod
-    async def connect_to(cls, port: int) -> Any:
-        """A connected comm to 127.0.0.1:``port``."""
+    async def connect_to(cls, port: int, host: str = HOST) -> Any:
+        """A connected comm to ``host:port``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -290,30 +296,32 @@ class SelfListeningConn(AsyncConn):
         timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
     ) -> int:
-        port = listener.getsockname()[1]
+        host, port = listener.getsockname()[:2]
         listener.close()
-        return run_loop(loop_name, lambda: cls._serve(port, nclients, ssl_context), timeout_s)
+        return run_loop(loop_name, lambda: cls._serve(host, port, nclients, ssl_context), timeout_s)
 
     @classmethod
-    async def _serve(cls, port: int, nclients: int, ssl_context: ssl.SSLContext | None) -> int:
+    async def _serve(cls, host: str, port: int, nclients: int, ssl_context: ssl.SSLContext | None) -> int:
         done: asyncio.Queue[int] = asyncio.Queue()
 
         async def handler(comm: Any) -> None:
             await done.put(await echo_loop(cls(comm)))
 
         if ssl_context is None:
-            stop = await cls.listen_on(port, handler)
+            stop = await cls.listen_on(port, handler, host)
         else:
-            stop = await cls.listen_tls_on(port, handler, ssl_context)
+            stop = await cls.listen_tls_on(port, handler, ssl_context, host)
         try:
             return sum([await done.get() for _ in range(nclients)])
         finally:
             stop()
 
     @classmethod
-    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
+    def run_client(
+        cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float, host: str = HOST
+    ) -> list[ConnStats]:
         async def main() -> list[ConnStats]:
-            conns = [cls(await cls.connect_to(port)) for _ in range(plan.clients)]
+            conns = [cls(await cls.connect_to(port, host)) for _ in range(plan.clients)]
             try:
                 return list(await asyncio.gather(*(drive(conn, plan) for conn in conns)))
             finally:

@@ -18,24 +18,26 @@ class CommReadInto(SelfListeningConn):
     supports_tls = True
 
     @classmethod
-    async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
-        from tornado_readinto.comm import listen
-
-        return (await listen(f"tcp://{HOST}:{port}", handler)).stop
-
-    @classmethod
-    async def listen_tls_on(
-        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext
+    async def listen_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], host: str = HOST
     ) -> Callable[[], None]:
         from tornado_readinto.comm import listen
 
-        return (await listen(f"tls://{HOST}:{port}", handler, ssl_context=ssl_context)).stop
+        return (await listen(f"tcp://{host}:{port}", handler)).stop
 
     @classmethod
-    async def connect_to(cls, port: int) -> Any:
+    async def listen_tls_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext, host: str = HOST
+    ) -> Callable[[], None]:
+        from tornado_readinto.comm import listen
+
+        return (await listen(f"tls://{host}:{port}", handler, ssl_context=ssl_context)).stop
+
+    @classmethod
+    async def connect_to(cls, port: int, host: str = HOST) -> Any:
         from tornado_readinto.comm import connect
 
-        return await connect(f"tcp://{HOST}:{port}", timeout=30)
+        return await connect(f"tcp://{host}:{port}", timeout=30)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         await self.comm.write({"op": "echo", "frames": list(frames)})

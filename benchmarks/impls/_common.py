@@ -63,6 +63,7 @@ class CasePlan:
     duration_s: float  # per repeat
     repeat: int
     clients: int  # connections in this process
+    server_pid: int = 0  # the server process, whose CPU time each window samples (0: none)
 
 
 def frame_sizes(msize: int, nframes: int) -> list[int]:
@@ -178,6 +179,14 @@ class Repeat:
     messages: int
     elapsed_s: float
     latencies_s: list[float]
+    server_cpu_s: float | None = None  # the server process's CPU time over the window (None: not sampled)
+    client_cpu_s: float | None = None  # this process's
+
+
+def cpu_sample(server_pid: int) -> tuple[float | None, float]:
+    """CPU seconds so far of the server process ``server_pid`` (None for 0 or
+    when unreadable; from /proc, in clock ticks) and of this process."""
+    return (process_cpu_s(server_pid) if server_pid else None), process_cpu_s()
 
 
 class Recorder:
@@ -187,14 +196,18 @@ class Recorder:
     at the first echo at least ``duration_s`` after it opened, and the next
     opens there.  Rate = echoes after the opening one / time between the two
     echoes, so it is exact even when a window holds a handful of 100 MiB
-    messages.
+    messages.  At each window boundary it also samples the CPU time of the
+    server process (``plan.server_pid``) and of this one (`cpu_sample`: a
+    read of /proc per boundary, none per echo).
     """
 
     def __init__(self, plan: CasePlan, t_origin: float) -> None:
         self.duration_s = plan.duration_s
         self.nrepeats = plan.repeat
         self.opens_after = t_origin + plan.warmup_s
+        self.server_pid = plan.server_pid
         self.window_start: float | None = None
+        self.cpu_at_start: tuple[float | None, float] = (None, 0.0)
         self.messages = 0
         self.latencies: list[float] = []
         self.repeats: list[Repeat] = []
@@ -204,13 +217,19 @@ class Recorder:
         if self.window_start is None:
             if now >= self.opens_after:
                 self.window_start = now
+                self.cpu_at_start = cpu_sample(self.server_pid)
             return True
         self.messages += 1
         self.latencies.append(latency_s)
         if now - self.window_start < self.duration_s:
             return True
-        self.repeats.append(Repeat(self.messages, now - self.window_start, self.latencies))
-        self.window_start, self.messages, self.latencies = now, 0, []
+        cpu = cpu_sample(self.server_pid)
+        (server_start, client_start), (server_end, client_end) = self.cpu_at_start, cpu
+        server_cpu_s = server_end - server_start if server_end is not None and server_start is not None else None
+        self.repeats.append(
+            Repeat(self.messages, now - self.window_start, self.latencies, server_cpu_s, client_end - client_start)
+        )
+        self.window_start, self.messages, self.latencies, self.cpu_at_start = now, 0, [], cpu
         return len(self.repeats) < self.nrepeats
 
 
@@ -232,6 +251,14 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def _cpu_pct(windows: Sequence[Repeat], name: str) -> float | None:
+    """CPU time per wall-clock second (%, 100 = one core) of ``name``
+    (``server_cpu_s``, ``client_cpu_s``), averaged over the connections'
+    windows of one repeat (concurrent, so each sees the whole process)."""
+    values = [getattr(w, name) / w.elapsed_s for w in windows if getattr(w, name) is not None and w.elapsed_s > 0]
+    return 100 * sum(values) / len(values) if values else None
+
+
 def summarize(stats: Sequence[ConnStats]) -> dict[str, Any]:
     """The client process's result: per-repeat totals over its connections."""
     repeats = []
@@ -245,6 +272,8 @@ def summarize(stats: Sequence[ConnStats]) -> dict[str, Any]:
                 "elapsed_s": max(w.elapsed_s for w in windows),
                 "p50_s": percentile(latencies, 0.50),
                 "p99_s": percentile(latencies, 0.99),
+                "server_cpu_pct": _cpu_pct(windows, "server_cpu_s"),
+                "client_cpu_pct": _cpu_pct(windows, "client_cpu_s"),
             }
         )
     return {

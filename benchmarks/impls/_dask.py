@@ -41,18 +41,20 @@ class _DaskConn(SelfListeningConn):
     scheme: ClassVar[str] = "tcp"
 
     @classmethod
-    async def listen_on(cls, port: int, handler: Callable[[Any], Awaitable[None]]) -> Callable[[], None]:
+    async def listen_on(
+        cls, port: int, handler: Callable[[Any], Awaitable[None]], host: str = HOST
+    ) -> Callable[[], None]:
         from distributed.comm import listen
 
-        server = listen(f"{cls.scheme}://{HOST}:{port}", handler)
+        server = listen(f"{cls.scheme}://{host}:{port}", handler)
         await server.start()
         return server.stop  # type: ignore[no-any-return]
 
     @classmethod
-    async def connect_to(cls, port: int) -> Any:
+    async def connect_to(cls, port: int, host: str = HOST) -> Any:
         from distributed.comm import connect
 
-        return await connect(f"{cls.scheme}://{HOST}:{port}", timeout=30)
+        return await connect(f"{cls.scheme}://{host}:{port}", timeout=30)
 
     async def send(self, frames: Sequence[Buffer]) -> None:
         await self.comm.write(_encode(frames))

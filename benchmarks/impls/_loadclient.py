@@ -31,8 +31,8 @@ byte-identical to what was sent:
     same dict, so its echo is byte-identical too.
 
 Over TLS (``--tls-ca``) every connection is the loop's SSL transport
-(``create_connection(sock=..., ssl=..., server_hostname="127.0.0.1")``)
-feeding the same protocol, which the transport decrypts into; the result
+(``create_connection(sock=..., ssl=..., server_hostname=...)`` with the
+server's address) feeding the same protocol, which the transport decrypts into; the result
 names the TLS version and cipher the connections negotiated.
 
 Every echo is checked: the bytes before the stamp (framing header, msgpack
@@ -371,15 +371,17 @@ async def _open(
     template: Template,
     deadline: float,
     ssl_context: ssl.SSLContext | None = None,
+    host: str = HOST,
 ) -> _LoadConn:
-    """Connect (retrying while the server is not listening yet), wrap in a
-    `_LoadConn` (over TLS with ``ssl_context``) and wait for its prelude."""
+    """Connect to ``host:port`` (retrying while the server is not listening
+    yet), wrap in a `_LoadConn` (over TLS with ``ssl_context``, checking that
+    the certificate names ``host``) and wait for its prelude."""
     loop = bench.loop
     while True:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         prepare_socket(sock)
         try:
-            await loop.sock_connect(sock, (HOST, port))
+            await loop.sock_connect(sock, (host, port))
             break
         except ConnectionRefusedError:
             sock.close()
@@ -389,7 +391,7 @@ async def _open(
         except BaseException:
             sock.close()
             raise
-    tls: dict[str, Any] = {"ssl": ssl_context, "server_hostname": HOST} if ssl_context is not None else {}
+    tls: dict[str, Any] = {"ssl": ssl_context, "server_hostname": host} if ssl_context is not None else {}
     conn = _LoadConn(bench, index, template)  # (what create_connection returns is not always ours)
     try:
         transport, _ = await loop.create_connection(lambda: conn, sock=sock, **tls)
@@ -474,9 +476,14 @@ def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
 
 
 async def run_load(
-    port: int, plan: LoadPlan, connect_timeout_s: float = 30.0, ssl_context: ssl.SSLContext | None = None
+    port: int,
+    plan: LoadPlan,
+    connect_timeout_s: float = 30.0,
+    ssl_context: ssl.SSLContext | None = None,
+    host: str = HOST,
 ) -> dict[str, Any]:
-    """The whole case in this process (over TLS with ``ssl_context``); returns its JSON result."""
+    """The whole case in this process, against the server at ``host:port``
+    (over TLS with ``ssl_context``); returns its JSON result."""
     bench = _Bench(plan)
     deadline = time.monotonic() + connect_timeout_s
     templates = [make_template(plan.wire, plan.msize, seed=i) for i in range(plan.clients)]
@@ -484,7 +491,7 @@ async def run_load(
     conns: Sequence[_LoadConn] = ()
     try:
         conns = await _open_all(
-            [_open(bench, i, port, templates[i], deadline, ssl_context) for i in range(plan.clients)]
+            [_open(bench, i, port, templates[i], deadline, ssl_context, host) for i in range(plan.clients)]
         )
         connect_s = perf_counter() - started
         tls = _tls_info(conns) if ssl_context is not None else None

@@ -104,9 +104,11 @@ class Threads:
         return sum(_run_threads([functools.partial(_echo_loop, cls(_prepare(s, timeout_s))) for s in socks]))
 
     @classmethod
-    def run_client(cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float) -> list[ConnStats]:
+    def run_client(
+        cls, port: int, plan: CasePlan, loop_name: str, timeout_s: float, host: str = HOST
+    ) -> list[ConnStats]:
         conns = [
-            cls(_prepare(socket.create_connection((HOST, port), timeout_s), timeout_s)) for _ in range(plan.clients)
+            cls(_prepare(socket.create_connection((host, port), timeout_s), timeout_s)) for _ in range(plan.clients)
         ]
         try:
             return _run_threads([functools.partial(_drive, c, plan) for c in conns])

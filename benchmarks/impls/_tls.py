@@ -1,7 +1,8 @@
 """TLS for the benchmark processes (``--tls`` of ``benchmarks.load``).
 
-The orchestrator makes a throwaway CA and a certificate for 127.0.0.1 signed
-by it (trustme, ECDSA keys) for each case, as two PEM files in a temporary
+The orchestrator makes a throwaway CA and a certificate for the server's
+address (127.0.0.1, or its veth address with ``--netpath``) signed by it
+(trustme, ECDSA keys) for each case, as two PEM files in a temporary
 directory; the server process loads the certificate and its key, the client
 process trusts the CA and checks the certificate's name, as a real client
 does.  Both sides keep the default context settings of ``ssl``: TLS 1.2 or
@@ -30,9 +31,9 @@ def unavailable() -> str | None:
     return None
 
 
-def write_cert_files(directory: str) -> tuple[str, str]:
-    """A fresh CA, and a certificate for `HOST` that it signed, as PEM files
-    in ``directory``.
+def write_cert_files(directory: str, host: str = HOST) -> tuple[str, str]:
+    """A fresh CA, and a certificate for ``host`` (an IP address) that it
+    signed, as PEM files in ``directory``.
 
     :returns: ``(cert_file, ca_file)``: the certificate chain with its private
         key (for `server_context`), and the CA certificate (for `client_context`).
@@ -41,7 +42,7 @@ def write_cert_files(directory: str) -> tuple[str, str]:
     import trustme
 
     ca = trustme.CA()
-    cert = ca.issue_cert(HOST)
+    cert = ca.issue_cert(host)
     cert_file, ca_file = os.path.join(directory, "server.pem"), os.path.join(directory, "ca.pem")
     cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
     ca.cert_pem.write_to_path(ca_file)
