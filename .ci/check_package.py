@@ -7,8 +7,8 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
    file missing from the sdist breaks the wheel build);
 2. ``twine check --strict`` on both;
 3. the sdist holds the package, its ``.pxd`` and ``.pyx`` files, ``setup.py``,
-   ``py.typed``, README, the tests and the benchmarks, and no generated C or
-   extension module; the wheel is a platform wheel that holds the package,
+   ``py.typed``, README, CHANGELOG, the tests and the benchmarks, and no
+   generated C, extension module or benchmark result; the wheel is a platform wheel that holds the package,
    ``py.typed`` and the compiled core only, its version is
    ``tornado_readinto.__version__`` and its only unconditional requirement
    is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
@@ -170,6 +170,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     wanted = [
         "README.rst",
+        "CHANGELOG.rst",
         "setup.cfg",
         "pyproject.toml",
         "MANIFEST.in",
@@ -188,6 +189,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     junk = sorted(
         name for name in names if "__pycache__" in name or name.endswith((".pyc", ".so", ".pyd"))
         or (name.startswith("tornado_readinto/") and name.endswith(".c"))
+        or name.startswith("benchmarks/results/")  # measured here, kept in the repository
     )
     if missing or junk:
         raise SystemExit(f"sdist: missing {missing}, junk {junk}")

@@ -18,7 +18,14 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":  # pragma: no cover - run by libFuzzer
-    import atheris
+    try:
+        import atheris
+    except ImportError as exc:
+        # setup.cfg's test extra installs it only where it has a wheel.
+        raise SystemExit(
+            f"fuzz_frame_reader.py needs atheris ({exc}), which publishes wheels for Linux x86_64 "
+            "only (CPython 3.10 to 3.14): pip install -e '.[test]' there"
+        ) from exc
 
     # Instrument only this package (instrument_all() would spend half a
     # minute rewriting Tornado, asyncio and ssl too).

@@ -1,12 +1,20 @@
 """The fuzz property of the frame codec: replay the kept regression inputs,
-and a short bounded coverage-guided run (the long one is ``tox -e fuzz``)."""
+and a short bounded coverage-guided run (the long one is ``tox -e fuzz``).
 
+The coverage-guided run needs atheris, which setup.cfg's ``test`` extra
+requires exactly where atheris publishes a wheel: there a missing atheris
+fails the run; elsewhere the run is skipped, saying why."""
+
+import configparser
+import importlib.metadata
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fuzz"))
@@ -14,6 +22,61 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 from fuzz_frame_reader import check_one_input  # noqa: E402
 
 REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").glob("*"))
+
+#: The atheris release with a wheel for Linux x86_64, per CPython version (the
+#: newest, as pip picks it); no other platform has one.
+ATHERIS_WHEELS = {"3.10": "2.3.0", "3.11": "3.0.0", "3.12": "3.1.0", "3.13": "3.1.0", "3.14": "3.1.0"}
+
+
+def _atheris_requirements() -> list[Requirement]:
+    """The atheris lines of setup.cfg's ``test`` extra."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = [line.strip() for line in cfg["options.extras_require"]["test"].splitlines() if line.strip()]
+    return [req for req in map(Requirement, lines) if req.name == "atheris"]
+
+
+def _atheris_required(environment: dict[str, str] | None = None) -> Requirement | None:
+    """The atheris requirement that the ``test`` extra makes here (or in
+    ``environment``'s marker values), None where it leaves atheris out."""
+    required = [req for req in _atheris_requirements() if req.marker is None or req.marker.evaluate(environment)]
+    assert len(required) <= 1, required
+    return required[0] if required else None
+
+
+def _import_atheris_or_skip() -> None:
+    """Import atheris where the ``test`` extra requires it (its absence is a
+    failure: the extra was not installed), or skip where it cannot be
+    installed."""
+    req = _atheris_required()
+    if req is None:
+        python = "CPython " + ".".join(platform.python_version_tuple()[:2])
+        pytest.skip(f"atheris publishes no wheel for {python} on {sys.platform} {platform.machine()}, "
+                    "so the test extra leaves it out here")
+    try:
+        import atheris  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"atheris is required here by setup.cfg's test extra ({req}) but does not import ({exc}): "
+                    "pip install -e '.[test]'")
+    version = importlib.metadata.version("atheris")
+    assert req.specifier.contains(version), f"atheris {version} installed, the test extra requires {req}"
+
+
+@pytest.mark.parametrize("python", sorted(ATHERIS_WHEELS))
+def test_fuzz_atheris_is_required_exactly_where_it_has_a_wheel(python):
+    """The ``test`` extra requires atheris on Linux x86_64 for CPython 3.10
+    to 3.14, pinned so that pip picks a release with a wheel there (never an
+    sdist, which needs a clang with libFuzzer); on every other platform and
+    Python it leaves atheris out, so the extra installs everywhere."""
+    linux = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": python}
+    req = _atheris_required(linux)
+    assert req is not None and req.specifier.contains(ATHERIS_WHEELS[python]), (python, req)
+    if python == "3.10":
+        assert not req.specifier.contains("3.0.0")  # 3.0.0 has an sdist for cp310, no wheel
+    for elsewhere in ({"platform_machine": "aarch64"}, {"sys_platform": "darwin", "platform_machine": "arm64"},
+                      {"sys_platform": "darwin", "platform_machine": "x86_64"}, {"sys_platform": "win32"}):
+        assert _atheris_required({**linux, **elsewhere}) is None, (python, elsewhere)
+    assert _atheris_required({**linux, "python_version": "3.15"}) is None  # not yet checked
 
 
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
@@ -49,7 +112,7 @@ def _rss_limit_mb(growth_mb: int = 2048) -> int:
 
 
 def test_fuzz_short_coverage_guided_run(tmp_path):
-    pytest.importorskip("atheris", reason="atheris has no wheel for this platform")
+    _import_atheris_or_skip()
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     result = subprocess.run(

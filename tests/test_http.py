@@ -150,6 +150,47 @@ def test_install_drops_kwargs_of_a_non_simple_client():
         AsyncHTTPClient._restore_configuration(saved)
 
 
+def _curl_client_class() -> type:
+    """Tornado's CurlAsyncHTTPClient where pycurl imports, else a stand-in
+    with the same base (`AsyncHTTPClient`, not `SimpleAsyncHTTPClient`) and
+    the same ``initialize`` arguments."""
+    try:
+        from tornado.curl_httpclient import CurlAsyncHTTPClient
+    except ImportError:  # no pycurl
+
+        class CurlAsyncHTTPClient(AsyncHTTPClient):  # type: ignore[no-redef]
+            def initialize(self, max_clients=10, defaults=None):  # pragma: no cover - never built
+                super().initialize(defaults=defaults)
+
+    return CurlAsyncHTTPClient
+
+
+def test_install_replaces_a_curl_client_and_configuring_it_after_install_keeps_it():
+    """``install()`` replaces a configured CurlAsyncHTTPClient (and its
+    configured arguments) with ReadIntoAsyncHTTPClient; configured again
+    after ``install()``, curl stays the client while ``HTTPServer(...)``
+    still builds a ReadIntoHTTPServer; ``uninstall()`` restores the
+    configuration from before ``install()``."""
+    curl = _curl_client_class()
+    saved = HTTPServer._save_configuration(), AsyncHTTPClient._save_configuration()
+    AsyncHTTPClient.configure(curl, max_clients=20)
+    try:
+        install()
+        assert AsyncHTTPClient._save_configuration() == (ReadIntoAsyncHTTPClient, {})  # curl replaced
+        AsyncHTTPClient.configure(curl, max_clients=20)  # keep curl
+        assert tornado_readinto.installed()
+        assert HTTPServer.configured_class() is ReadIntoHTTPServer
+        assert AsyncHTTPClient._save_configuration() == (curl, {"max_clients": 20})
+        uninstall()
+        assert not tornado_readinto.installed()
+        assert HTTPServer._save_configuration() == saved[0]
+        assert AsyncHTTPClient._save_configuration() == (curl, {"max_clients": 20})
+    finally:
+        uninstall()
+        HTTPServer._restore_configuration(saved[0])
+        AsyncHTTPClient._restore_configuration(saved[1])
+
+
 # -- stream types under a RequestHandler ------------------------------------------
 
 

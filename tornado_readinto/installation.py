@@ -8,11 +8,17 @@ After `install()`:
   (``HTTPServer.configure``);
 * ``AsyncHTTPClient()`` builds a `ReadIntoAsyncHTTPClient`
   (``AsyncHTTPClient.configure``), keeping the keyword arguments configured
-  before when the previous implementation was a `SimpleAsyncHTTPClient`;
+  before when the previous implementation was a `SimpleAsyncHTTPClient`, and
+  replacing any other (``CurlAsyncHTTPClient``: configure it again after
+  `install` to keep it);
 * websocket handlers run over the HTTP server's streams, so over ours.
 
 ``install(stream_kwargs={"busy_poll_s": 0})`` passes extra keyword arguments
 to every stream those servers and clients build (here: no busy polling).
+
+It configures classes in the calling process only, creating no IOLoop, thread
+or socket: processes forked after it (``tornado.process.fork_processes``)
+inherit it.
 
 Not covered, because Tornado offers no hook: code that names `TCPServer`,
 `TCPClient` or `SimpleAsyncHTTPClient` directly (use `ReadIntoTCPServer`,
