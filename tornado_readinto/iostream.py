@@ -47,12 +47,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
-import os
 import re
 import socket
 import ssl
 import sys
-import warnings
 from typing import Any, Callable, Union
 
 from tornado import ioloop
@@ -86,26 +84,6 @@ __all__ = [
     "CORK_MAX_NBYTES",
     "MAX_SEND_NBYTES",
 ]
-
-#: The environment variable that chose the retired transport engine; a
-#: process that sets it is warned once that it is ignored.
-ENGINE_ENV_VAR = "TORNADO_READINTO_ENGINE"
-
-_NOT_GIVEN: Any = object()
-_engine_env_warned = False
-
-
-def _warn_engine_env() -> None:
-    """Warn once per process if `ENGINE_ENV_VAR` is set: it is ignored."""
-    global _engine_env_warned
-    if not _engine_env_warned and os.environ.get(ENGINE_ENV_VAR):
-        _engine_env_warned = True
-        warnings.warn(
-            f"{ENGINE_ENV_VAR} is ignored: the transport engine was retired",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-
 
 #: Once the GIL is seen contended, reads on loops other than asyncio's own
 #: (uvloop) wake their coroutine eagerly only where at least this many
@@ -191,8 +169,6 @@ class ReadIntoIOStream(IOStream):
         `tornado_readinto.busypoll` (``BUSY_POLL_BUDGET_S`` is the budget to
         ask for): spinning trades CPU for latency, and pays only where a
         peer answers within the budget.
-    :arg engine: ignored, with a ``DeprecationWarning``: the transport
-        engine was retired (so was ``TORNADO_READINTO_ENGINE``).
     :raises ValueError: a negative ``busy_poll_s``.
 
     .. versionadded:: 0.1
@@ -216,16 +192,8 @@ class ReadIntoIOStream(IOStream):
         socket: socket.socket,
         *args: Any,
         busy_poll_s: float = 0.0,
-        engine: object = _NOT_GIVEN,
         **kwargs: Any,
     ) -> None:
-        if engine is not _NOT_GIVEN:
-            warnings.warn(
-                "ReadIntoIOStream(engine=...) is ignored: the transport engine was retired",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        _warn_engine_env()
         if not busy_poll_s >= 0:
             raise ValueError(f"busy_poll_s must be >= 0 seconds, got {busy_poll_s}")
         #: Base busy-poll budget of a pending read that parks (0: never spin);
