@@ -1013,13 +1013,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
                 "compared_by": "difference" if r.metric.by_difference else "ratio"}  # fmt: skip
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-        import dask
-        import distributed
-
         return {
             **super().meta(args, argv),
-            "dask": dask.__version__,
-            "distributed": distributed.__version__,
             "n_workers": 2,
             "threads_per_worker": 1,
             "warmup": args.warmup,

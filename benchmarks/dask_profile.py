@@ -526,7 +526,8 @@ class DaskProfileSuite(h.Suite):
                         results[protocol][step] = profile(side, args)
         print(format_report(results, args))
         if args.json:
-            h.write_json(args.json, {"args": {k: v for k, v in vars(args).items() if k != "json"}, "results": results})
+            settings = {k: v for k, v in vars(args).items() if k != "json"}
+            h.write_json(args.json, {"meta": {**h.run_meta(self.module, argv), "args": settings}, "results": results})
         return 0
 
 

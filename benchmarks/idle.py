@@ -211,20 +211,6 @@ class IdleSuite(h.TableSuite[str, Result]):
             return 0
         return super().run(args, argv)
 
-    def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-        """The run's metadata, with the commit and the build of the servers."""
-        import tornado_readinto
-
-        meta = super().meta(args, argv)
-        try:
-            commit = subprocess.run(
-                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = None
-        meta.update(commit=commit, compiled=tornado_readinto.COMPILED)
-        return meta
-
     def cases(self, args: argparse.Namespace) -> Sequence[str]:
         return [kind for kind in args.kinds.split(",") if kind]
 

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from benchmarks.harness.meta import run_meta
 from benchmarks.harness.processes import child_env
 from benchmarks.impls import IMPLS, availability
 from benchmarks.load import PURE_BUILD_ENV
@@ -159,19 +160,29 @@ def table(rows: Sequence[Counted]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--child"]:
-        return _child(argv[1:])
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line (``benchmarks.publish`` checks a command with it)."""
+    p = argparse.ArgumentParser(
         prog="python -m benchmarks.instructions",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--server", default=",".join(DEFAULT_SERVERS), help="comma list of echo servers")
-    add_workload_arguments(parser, "round trips of the short run (default: 2000)")
-    parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
-    args = parser.parse_args(argv)
+    p.add_argument("--server", default=",".join(DEFAULT_SERVERS), help="comma list of echo servers")
+    add_workload_arguments(p, "round trips of the short run (default: 2000)")
+    p.add_argument("--json", metavar="PATH", help="also write the counts as JSON, with the run's metadata")
+    return p
+
+
+def unknown_servers(servers: str) -> list[str]:
+    """The names of the comma list ``servers`` that are no echo server."""
+    return [s for s in servers.split(",") if implementation(s)[0] not in IMPLS]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child"]:
+        return _child(argv[1:])
+    args = parser().parse_args(argv)
     try:
         valgrind()
     except Unavailable as e:
@@ -191,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"argv": argv, "results": [asdict(r) for r in rows]}, f, indent=1)
+            json.dump({"meta": run_meta("benchmarks.instructions", argv), "results": [asdict(r) for r in rows]},
+                      f, indent=1)
     return 0
 
 

@@ -523,16 +523,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         }
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-        try:
-            import msgpack
-
-            msgpack_version: str | None = ".".join(map(str, msgpack.version))
-        except ImportError:
-            msgpack_version = None
         return {
             **super().meta(args, argv),
-            "uvloop": uvloop_version(),
-            "msgpack": msgpack_version,
             "client_loop": args.client_loop or default_client_loop(),
             "duration_s": args.duration,
             "warmup_s": args.warmup,

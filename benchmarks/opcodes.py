@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from benchmarks.harness.meta import run_meta
+from benchmarks.harness.output import write_json
 from benchmarks.impls import EVENT_LOOPS, IMPLS, availability, load
 from benchmarks.impls._async import prepare_socket, run_loop
 from benchmarks.impls._common import U64
@@ -177,20 +179,33 @@ def add_workload_arguments(parser: argparse.ArgumentParser, messages_help: str) 
     parser.add_argument("--msize", type=int, default=1024, help="payload bytes per message (default: 1024)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line (``benchmarks.publish`` checks a command with it)."""
+    p = argparse.ArgumentParser(
         prog="python -m benchmarks.opcodes", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--impl", default=",".join(DEFAULT_IMPLS), help="comma list of echo implementations")
-    add_workload_arguments(parser, "round trips counted (default: 2000)")
-    parser.add_argument("--by-function", action="store_true", help="also list the functions that execute the most")
-    parser.add_argument(
+    p.add_argument("--impl", default=",".join(DEFAULT_IMPLS), help="comma list of echo implementations")
+    add_workload_arguments(p, "round trips counted (default: 2000)")
+    p.add_argument("--by-function", action="store_true", help="also list the functions that execute the most")
+    p.add_argument(
         "--calls",
         action="store_true",
         help="also count the Python frames entered per message (calls, and coroutine or generator resumptions)",
     )
-    args = parser.parse_args(argv)
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the counts as JSON, with the run's metadata: a result per implementation and loop "
+        "(opcodes_per_msg, frames_per_msg with --calls; skipped: why it could not run)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
     status = 0
+    rows: list[dict[str, Any]] = []
     print(f"{'server':<22} {'loop':<8} {'opcodes/msg':>12}" + (f" {'frames/msg':>11}" if args.calls else ""))
     for loop_name in args.loop.split(","):
         for impl in args.impl.split(","):
@@ -198,15 +213,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if why is not None:
                 print(f"{impl:<22} {loop_name:<8} {'-':>12}  SKIPPED ({why})")
                 status = status or (2 if impl not in IMPLS else 0)
+                rows.append({"impl": impl, "loop": loop_name, "skipped": why})
                 continue
             counted = count(impl, loop_name, clients=args.clients, messages=args.messages, msize=args.msize)
             n = max(1, args.messages // args.clients) * args.clients
             frames = f" {counted.calls / n:>11.1f}" if args.calls else ""
             print(f"{impl:<22} {loop_name:<8} {counted.total / n:>12.0f}{frames}")
+            rows.append({"impl": impl, "loop": loop_name, "skipped": None, "messages": n,
+                         "opcodes_per_msg": counted.total / n,
+                         "frames_per_msg": counted.calls / n if args.calls else None})  # fmt: skip
             if args.by_function:
                 for key, ops in counted.by_function.most_common(25):
                     calls = f" {counted.calls_by_function[key] / n:>11.2f}" if args.calls else ""
                     print(f"{'':<31} {ops / n:>12.1f}{calls}  {key}")
+    if args.json:
+        meta = {**run_meta("benchmarks.opcodes", argv), "clients": args.clients, "msize": args.msize}
+        write_json(args.json, {"meta": meta, "results": rows})
     return status
 
 

@@ -20,19 +20,48 @@ sentence with named figures of `FIGURES` in it; the check renders the
 sentence and looks for it in the file.  ``--results DIR`` reads the result
 files from another directory (the test suite checks that a changed result
 file is reported).
+
+Both refuse, naming each file and what it lacks, a cited result file that
+does not record its run: the commit (and whether the tree was dirty), the
+build, the machine, the Python and the command
+(`benchmarks.harness.meta.REQUIRED`; every benchmark's ``--json`` writes
+them).  A cited table or plot (``NAME.txt``, ``NAME.png``) is cited through
+the result file of its run, ``NAME.json``.
+
+* ``--cited`` lists the cited files: those publish renders from, those the
+  README, the CHANGELOG and the docs name, and the other files of their
+  runs; each with what cites it and whether publish refuses it.
+* ``--uncited`` lists the files of the results directory nothing cites.
+* ``--remake [FILE ...]`` re-makes every cited result file (or those named),
+  the headline's first, one command after the other: the command the file
+  records, or `REMAKE`'s where that one no longer runs or there is none; the
+  table goes to ``NAME.txt``.  ``--remake --dry-run`` prints the commands,
+  each checked by its benchmark's parser and against the rows publish reads
+  from its file, and the files no command re-makes (made on another tree,
+  or by benchmarks that are gone), and runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fnmatch
+import functools
+import importlib
+import io
 import json
+import os
 import re
+import shlex
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks.harness.meta import commit_meta, missing_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -46,24 +75,39 @@ END_MARK = ".. end-published-table"
 # ---------------------------------------------------------------- reading results
 
 
+class ResultData(dict):  # type: ignore[type-arg]
+    """A result file's JSON object, which remembers the rows `pick` asked of
+    it (``picked``: the fields of each), so that ``--remake --dry-run`` can
+    say which of them a command would not make."""
+
+    def __init__(self, data: dict[str, Any], name: str) -> None:
+        super().__init__(data)
+        self.name = name
+        self.picked: list[dict[str, Any]] = []
+
+
 class Results:
-    """The result files of one directory, read on first use."""
+    """The result files of one directory, read on first use; ``read`` lists
+    the names asked for, in order (what publish renders from)."""
 
     def __init__(self, directory: Path = RESULTS) -> None:
         self.directory = Path(directory)
         self._cache: dict[str, Any] = {}
+        self.read: list[str] = []
 
     def json(self, name: str) -> Any:
+        if name not in self.read:
+            self.read.append(name)
         if name not in self._cache:
-            self._cache[name] = json.loads((self.directory / name).read_text(encoding="utf-8"))
+            data = json.loads((self.directory / name).read_text(encoding="utf-8"))
+            self._cache[name] = ResultData(data, name) if isinstance(data, dict) else data
         return self._cache[name]
-
-    def text(self, name: str) -> str:
-        return (self.directory / name).read_text(encoding="utf-8")
 
 
 def pick(data: Any, **fields: Any) -> dict[str, Any]:
     """The one result of a suite's JSON whose fields equal ``fields``."""
+    if isinstance(data, ResultData):
+        data.picked.append(fields)
     found = [e for e in data["results"] if all(e.get(k) == v for k, v in fields.items())]
     if len(found) != 1:
         raise LookupError(f"{len(found)} results match {fields}")
@@ -167,12 +211,20 @@ def dask_value(file: str, workload: str, protocol: str) -> Callable[[Results], F
     return get
 
 
-# http.json, http-uvloop.json: a list of {impl, case, requests, seconds, round}.
+# http.json, http-uvloop.json: a round per repeat of each {impl, case} (files
+# written before the harness: a flat list of {impl, case, requests, seconds, round}).
+
+
+def http_rows(data: Any) -> list[dict[str, Any]]:
+    """Every round of an HTTP result file as ``{impl, case, requests, seconds, round, ...}``."""
+    if isinstance(data, list):
+        return data
+    return [{"impl": e["impl"], "case": e["case"], **r} for e in data["results"] for r in e["repeats"]]
 
 
 def http_ratio(file: str, case: str) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        rows = res.json(file)
+        rows = http_rows(res.json(file))
         rate = {(r["impl"], r["round"]): r["requests"] / r["seconds"] for r in rows if r["case"] == case}
         rounds = sorted({rnd for _, rnd in rate})
         ratios = [rate["readinto", rnd] / rate["stock", rnd] for rnd in rounds]
@@ -264,13 +316,15 @@ def echo_cpu_ratio(file: str, impl: str, base: str, msize: str) -> Callable[[Res
     return get
 
 
+# opcodes-*.json: {"results": [{"impl", "loop", "opcodes_per_msg", ...}]}.
+
+OPCODES = "opcodes-bounds.json"
+
+
 def opcodes(server: str, loop: str) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        for line in res.text("opcodes-bounds.txt").splitlines():
-            parts = line.split()
-            if not line.startswith("#") and parts[:2] == [server, loop]:
-                return Figure(float(parts[2]), None, "opcodes-bounds.txt", "count")
-        raise LookupError(f"no opcode count for {server} on {loop}")
+        return Figure(float(pick(res.json(OPCODES), impl=server, loop=loop)["opcodes_per_msg"]), None, OPCODES,
+                      "count")
     return get
 
 
@@ -314,9 +368,6 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for loop in ("asyncio", "uvloop")},
     **{f"spike.{server}.{loop}.x-streams": load_ratio("load-spike.json", server, loop, "asyncio-streams")
        for server in ("spike-compiled", "readinto") for loop in ("asyncio", "uvloop")},
-    **{f"build.{build}.readinto.{loop}.x-streams": load_ratio(f"load-{build}.json", "readinto", loop,
-                                                              "asyncio-streams")
-       for build in ("compiled", "pure") for loop in ("asyncio", "uvloop")},
     # the two builds side by side in one run: pinned, and with a GIL-holding thread
     **{f"builds.{server}.{loop}.x-pure": load_ratio("load-builds-pinned.json", server, loop, f"{server}-pure")
        for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
@@ -445,28 +496,29 @@ def figure(res: Results, name: str) -> Figure:
 # ---------------------------------------------------------------- commands
 
 
-def command(res: Results, file: str, module: str) -> str:
-    """The command that wrote ``file``, from its ``meta.argv`` (output paths
-    pointed at ``benchmarks/results/``)."""
-    data = res.json(file)
-    argv = list(data["meta"]["argv"]) if isinstance(data, dict) and "meta" in data else []
-    out: list[str] = []
-    for i, arg in enumerate(argv):
-        if i and argv[i - 1] in ("--json", "--plot"):
-            arg = f"benchmarks/results/{Path(file).stem}{Path(arg).suffix}"
-        out.append(arg)
-    return " ".join([f"python -m benchmarks.{module}", *out])
+def command(res: Results, file: str) -> str:
+    """The command that wrote ``file`` (its ``meta.command``), its output
+    paths pointed at ``benchmarks/results/``."""
+    recorded = res.json(file).get("meta", {}).get("command")
+    if not recorded:
+        raise LookupError(f"{file}: records no command")
+    return shlex.join(outputs_in(shlex.split(recorded), file, "benchmarks/results"))
 
 
-#: How a result file's run differed from its command alone.
-COMMAND_NOTES = {"echo-onecpu.json": "with the benchmark's processes pinned to one CPU (``taskset``)",
-                 "echo-rcvlowat-before.json": "on the tree before the mark, run just before"}
+def outputs_in(words: Sequence[str], file: str, directory: str) -> list[str]:
+    """``words`` (a command) with the value of each ``--json`` and ``--plot``
+    pointed at ``directory``, named after ``file``: ``DIR/STEM.json``,
+    ``DIR/STEM.png`` (the suffix the command gave)."""
+    out = list(words)
+    for i in range(1, len(out)):
+        if out[i - 1] in ("--json", "--plot"):
+            out[i] = f"{directory}/{Path(file).stem}{Path(out[i]).suffix}"
+    return out
 
 
-HTTP_COMMANDS = {
-    "http.json": "python -m benchmarks.http --rounds 5 --json benchmarks/results/http.json",
-    "http-uvloop.json": "python -m benchmarks.http --rounds 5 --loop uvloop --json benchmarks/results/http-uvloop.json",
-}
+#: How a result file's run differed from its command alone (a command
+#: recorded by the harness names ``taskset`` and ``TORNADO_READINTO_*``).
+COMMAND_NOTES = {"echo-rcvlowat-before.json": "on the tree before the mark, run just before"}
 
 
 def source_line(*pairs: tuple[str, str]) -> str:
@@ -548,7 +600,7 @@ def dask_table(res: Results) -> str:
         rows.append((name, e["metric"], b.with_spread, m.with_spread, x.with_spread))
     return (simple_table(("workload", "metric", "``tcp://`` / ``tls://``", "``readinto://`` / ``-tls://``",
                           "x (spread)"), rows)
-            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+            + "\n" + source_line((file, command(res, file))) + "\n")
 
 
 def dask_busy_table(res: Results) -> str:
@@ -563,7 +615,7 @@ def dask_busy_table(res: Results) -> str:
         rows.append((labels[wl], measured(b, "value", file, "").with_spread,
                      measured(m, "value", file, "").with_spread, figure(res, key).with_spread))
     return (simple_table(("workload", "``tcp://``", "``readinto://``", "x (spread)"), rows)
-            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+            + "\n" + source_line((file, command(res, file))) + "\n")
 
 
 
@@ -603,7 +655,7 @@ def switch_interval_table(res: Results) -> str:
                          " / ".join(tasks)))
     return (simple_table(("shape", "interval", "``tcp://`` RPC/s", "``readinto://`` RPC/s", "x tcp, same interval",
                           "x tcp at 5 ms", "fetch x tcp", "tasks x 5 ms (tcp / readinto)"), rows)
-            + "\n" + source_line((file, command(res, file, "dask"))) + "\n")
+            + "\n" + source_line((file, command(res, file))) + "\n")
 
 def http_table(res: Results) -> str:
     labels = {"hello": "hello-world GET, 32 connections", "post": "256 MiB POST",
@@ -611,7 +663,7 @@ def http_table(res: Results) -> str:
     rows = [(labels[c], figure(res, f"http.{c}.asyncio").with_spread, figure(res, f"http.{c}.uvloop").with_spread)
             for c in labels]
     return (simple_table(("requests/s against stock Tornado", "asyncio", "uvloop"), rows)
-            + "\n" + source_line(*HTTP_COMMANDS.items()) + "\n")
+            + "\n" + source_line(*((f, command(res, f)) for f in ("http.json", "http-uvloop.json"))) + "\n")
 
 
 SERVER_NAMES = {
@@ -633,7 +685,7 @@ def load_table(res: Results) -> str:
             cells += [us.with_spread, x]
         rows.append(cells)
     return (simple_table(("loop CPU per message", "asyncio (us)", "x Streams", "uvloop (us)", "x Streams"), rows)
-            + "\n" + source_line((BOUNDS, command(res, BOUNDS, "load"))) + "\n")
+            + "\n" + source_line((BOUNDS, command(res, BOUNDS))) + "\n")
 
 
 def stock_table(res: Results) -> str:
@@ -649,15 +701,14 @@ def stock_table(res: Results) -> str:
     tls = "load-hotpath2-tls.json"
     return (simple_table(("x stock Tornado", "CPU, asyncio", "CPU, uvloop", "CPU, TLS, asyncio",
                           "CPU, TLS, uvloop", "msgs/s, GIL thread, asyncio", "msgs/s, GIL thread, uvloop"), rows)
-            + "\n" + source_line((LOAD, command(res, LOAD, "load")), (tls, command(res, tls, "load"))) + "\n")
+            + "\n" + source_line((LOAD, command(res, LOAD)), (tls, command(res, tls))) + "\n")
 
 
 def opcodes_table(res: Results) -> str:
     rows = [(SERVER_NAMES[s], *(figure(res, f"opcodes.{s}.{loop}").text for loop in ("asyncio", "uvloop")))
             for s in ("readinto", "framed-pool", "bound-tornado", "bound-floor", "asyncio-streams", "asyncio-protocol")]
-    cmd = res.text("opcodes-bounds.txt").splitlines()[0].lstrip("# ").strip()
     return (simple_table(("bytecodes per message", "asyncio", "uvloop"), rows)
-            + "\n" + source_line(("opcodes-bounds.txt", cmd)) + "\n")
+            + "\n" + source_line((OPCODES, command(res, OPCODES))) + "\n")
 
 
 def echo_table(res: Results) -> str:
@@ -668,7 +719,7 @@ def echo_table(res: Results) -> str:
                        for impl in ("readinto", "readinto-nospin", "threads"))))
     return (simple_table(("msgs/s against stock ``read_bytes``", "``readinto``", "``busy_poll_s=0``",
                           "blocking threads"), rows)
-            + "\n" + source_line(*((f"echo-{c}.json", command(res, f"echo-{c}.json", "echo"))
+            + "\n" + source_line(*((f"echo-{c}.json", command(res, f"echo-{c}.json"))
                                    for c in ("twocpu", "onecpu"))) + "\n")
 
 
@@ -681,7 +732,7 @@ def large_table(res: Results) -> str:
         ("threads-uninit", "blocking threads, huge-page ``numpy.empty``"),
     )]
     return (simple_table(("100 MiB ping-pong, msgs/s", "x blocking threads (``bytearray``)"), rows)
-            + "\n" + source_line((file, command(res, file, "echo"))) + "\n")
+            + "\n" + source_line((file, command(res, file))) + "\n")
 
 
 def rcvlowat_table(res: Results) -> str:
@@ -698,7 +749,7 @@ def rcvlowat_table(res: Results) -> str:
     files = ("echo-rcvlowat-before.json", "echo-rcvlowat.json")
     return (simple_table(("x the threads echo", "server CPU, 8 MiB", "server CPU, 100 MiB", "msgs/s, 8 MiB",
                           "msgs/s, 100 MiB"), rows)
-            + "\n" + source_line(*((f, command(res, f, "echo")) for f in files)) + "\n")
+            + "\n" + source_line(*((f, command(res, f)) for f in files)) + "\n")
 
 
 def profile_table(res: Results) -> str:
@@ -723,7 +774,7 @@ def profile_table(res: Results) -> str:
         row("a hop of the dependent chain, ms", lambda p: p["chain"]["hop_ms"], "{:.2f}"),
     ]
     return (simple_table(("one run of each protocol", "``tcp://``", "``readinto://``"), rows) + "\n"
-            + source_line((file, "python -m benchmarks.dask_profile --json benchmarks/results/dask-profile.json"))
+            + source_line((file, command(res, file)))
             + "\n")
 
 
@@ -749,14 +800,7 @@ def headline_sources(res: Results) -> str:
     for _, _, f in headline_rows(res):
         if f.source not in files:
             files.append(f.source)
-    cmds = []
-    for file in files:
-        if file in HTTP_COMMANDS:
-            cmds.append((file, HTTP_COMMANDS[file]))
-        else:
-            module = "dask" if file.startswith("dask") else "echo" if file.startswith("echo") else "load"
-            cmds.append((file, command(res, file, module)))
-    return source_line(*cmds)
+    return source_line(*((file, command(res, file)) for file in files))
 
 
 # ---------------------------------------------------------------- the plot
@@ -1020,6 +1064,145 @@ QUOTES: list[Quote] = [
 ]
 
 
+# ---------------------------------------------------------------- what publish cites
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """The pages that cite result files: the README, the CHANGELOG, the
+    benchmarks' README and the documentation (its generated includes aside:
+    they cite what publish renders from, `rendered_files`)."""
+    top = [root / "README.rst", root / "CHANGELOG.rst", root / "benchmarks" / "README.rst"]
+    docs = sorted(p for p in (root / "docs").rglob("*.rst") if "_generated" not in p.parts and "_build" not in p.parts)
+    return [p for p in top if p.exists()] + docs
+
+
+# A file name in a page: ``benchmarks/results/NAME.json``, ``NAME.txt``,
+# ``NAME*.json`` (every file the pattern matches).
+_FILE_NAME = re.compile(r"(?<![\w*.-])((?:benchmarks/)?results/)?([\w*.-]+\.(?:json|txt|png))\b")
+
+
+def named_files(directory: Path, root: Path = ROOT) -> dict[str, list[str]]:
+    """The files of ``directory`` that the pages name (a name after
+    ``results/`` counts even when no such file exists: the page cites a
+    missing file), each with the pages naming it.  The README's published
+    block is left out: publish writes it (`rendered_files`)."""
+    listing = sorted(p.name for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+    found: dict[str, list[str]] = {}
+    for page in pages(root):
+        text = page.read_text(encoding="utf-8")
+        block = published_block(text, "headline")
+        if block is not None:
+            text = text.replace(block, "")
+        for m in _FILE_NAME.finditer(text):
+            prefixed, name = m.group(1), m.group(2)
+            if "*" in name:
+                names = fnmatch.filter(listing, name)
+            else:
+                names = [name] if prefixed or name in listing else []
+            for n in names:
+                where = found.setdefault(n, [])
+                if page.relative_to(root).as_posix() not in where:
+                    where.append(page.relative_to(root).as_posix())
+    return found
+
+
+def rendered_files(directory: Path) -> Results:
+    """Render every table, the plot's values and every quoted figure from
+    ``directory`` in memory: the `Results` they read (``.read``: the file
+    names, in order, the headline's first; ``.json(name).picked``: the rows
+    asked of each).  A renderer that fails (a missing file or row, no
+    recorded command) is passed over: what it read so far is kept."""
+    res = Results(directory)
+    renderers: list[Callable[[Results], object]] = [*TABLES.values(), plot_text]
+    renderers += [functools.partial(figure, name=name) for quote in QUOTES for name in quote.names()]
+    for render in renderers:
+        try:
+            render(res)
+        except Exception:  # noqa: BLE001 - listing what is read, not rendering (check and render raise)
+            pass
+    return res
+
+
+def run_files(directory: Path, name: str) -> list[str]:
+    """The other files of ``name``'s run in ``directory``: ``STEM.json`` (the
+    result file), ``STEM.txt`` (its table), ``STEM.png`` (its plot)."""
+    stem = Path(name).stem
+    return [f"{stem}{ext}" for ext in (".json", ".txt", ".png")
+            if f"{stem}{ext}" != name and (directory / f"{stem}{ext}").exists()]  # fmt: skip
+
+
+def cited(directory: Path = RESULTS, root: Path = ROOT) -> dict[str, list[str]]:
+    """Every result file publish cites, with what cites it: the files
+    publish renders from (``"publish"``), the files the pages name, and the
+    other files of their runs (``"the run of NAME"``).  The headline's files
+    come first."""
+    found: dict[str, list[str]] = {name: ["publish"] for name in rendered_files(directory).read}
+    for name, where in named_files(directory, root).items():
+        found.setdefault(name, []).extend(where)
+    for name in list(found):
+        for other in run_files(directory, name):
+            found.setdefault(other, [f"the run of {name}"])
+    return found
+
+
+def uncited(directory: Path = RESULTS, root: Path = ROOT) -> list[str]:
+    """The files of ``directory`` that nothing cites (`cited`)."""
+    names = cited(directory, root)
+    return sorted(p.name for p in directory.iterdir() if p.is_file() and p.name not in names)
+
+
+def refusal(directory: Path, name: str) -> str | None:
+    """Why publish may not cite ``name``, or None: a result file (JSON) must
+    record its run (`benchmarks.harness.meta.REQUIRED`); a table or plot is
+    cited through the result file of its run, ``STEM.json``."""
+    path = directory / name
+    if name.endswith(".json"):
+        if not path.exists():
+            return "missing"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            return f"not JSON ({exc})"
+        missing = missing_meta(data)
+        return f"records no {', '.join(missing)} (the run's metadata)" if missing else None
+    carrier = f"{Path(name).stem}.json"
+    if (directory / carrier).exists():
+        return None  # refused or not as a result file of its own
+    if not path.exists():
+        return "missing"
+    return f"a table or plot with no result file beside it ({carrier}): nothing records its run"
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the checkout where it is inside it."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def refusals(directory: Path = RESULTS, root: Path = ROOT) -> list[str]:
+    """Every cited file publish refuses: ``PATH: why``, one line each (a
+    table or plot whose result file is cited: that file's line)."""
+    names = cited(directory, root)
+    found = ((name, refusal(directory, name)) for name in names
+             if name.endswith(".json") or f"{Path(name).stem}.json" not in names)  # fmt: skip
+    return [f"{shown(directory / name)}: {why}" for name, why in found if why is not None]
+
+
+class Refused(Exception):
+    """Cited result files that do not record their run (`refusals`)."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__(f"{len(lines)} cited result files refused:\n" + "\n".join(lines))
+        self.lines = list(lines)
+
+
+REFUSED_HINT = ("publish refuses a result file that does not record its run (commit, build, machine, python, "
+                "command): re-make the cited files on a quiet machine with python -m benchmarks.publish --remake "
+                "(--dry-run: the commands), then run python -m benchmarks.publish")
+
+
 # ---------------------------------------------------------------- render / check
 
 
@@ -1048,7 +1231,11 @@ def readme_block(res: Results) -> str:
 
 
 def check(res: Results, root: Path = ROOT) -> list[str]:
-    """Every published figure that does not match ``res``: one line each."""
+    """Every cited result file publish refuses (`refusals`), or else every
+    published figure that does not match ``res``: one line each."""
+    refused = refusals(res.directory, root)
+    if refused:
+        return refused
     problems = []
     for name, render in TABLES.items():
         path = root / "docs" / "_generated" / name
@@ -1073,6 +1260,13 @@ def check(res: Results, root: Path = ROOT) -> list[str]:
 
 
 def render_all(res: Results, root: Path = ROOT, plot: bool = True) -> list[Path]:
+    """Write every table, the plot and the README's headline from ``res``.
+
+    :raises Refused: a cited result file does not record its run (nothing is written).
+    """
+    refused = refusals(res.directory, root)
+    if refused:
+        raise Refused(refused)
     out = root / "docs" / "_generated"
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -1092,21 +1286,324 @@ def render_all(res: Results, root: Path = ROOT, plot: bool = True) -> list[Path]
     return written
 
 
+# ---------------------------------------------------------------- re-making the cited files
+
+
+#: The module that writes a result file, by the start of the file's name.
+MODULES = (("dask-profile", "dask_profile"), ("dask", "dask"), ("bench-full", "echo"), ("echo", "echo"),
+           ("http", "http"), ("idle", "idle"), ("instructions", "instructions"), ("load", "load"),
+           ("opcodes", "opcodes"))  # fmt: skip
+
+
+def module_of(file: str) -> str | None:
+    """``load`` for ``load-bounds.json``: the benchmark that writes ``file``."""
+    return next((module for prefix, module in MODULES if file.startswith(prefix)), None)
+
+
+@dataclass(frozen=True)
+class Remake:
+    """How one result file is re-made: ``command`` (``VAR=VALUE`` words set
+    the environment; ``python`` is the interpreter running publish; the
+    output paths are pointed at the results directory when it runs), or
+    None when this tree cannot re-make it; ``note``: why the command is not
+    the recorded one, or why there is none; ``needs``: why it cannot run
+    here and now (None: it can)."""
+
+    file: str
+    command: str | None
+    note: str = ""
+    needs: Callable[[], str | None] | None = None
+
+
+def _one_cpu_quota() -> str | None:
+    from tornado_readinto import _cpus
+
+    quotas = [q for q in (_cpus.cgroup_v2_cpus(), _cpus.cgroup_v1_cpus()) if q is not None]
+    if quotas and min(quotas) <= 1.0:
+        return None
+    return ("needs a cgroup CPU quota of one CPU, which no command line sets: run "
+            "python -m benchmarks.publish --remake echo-cpuquota.json in a shell inside one (cgroup v2: write "
+            "'100000 100000' to a new cgroup's cpu.max and the shell's pid to its cgroup.procs); "
+            "machine.cpu_quota records it")
+
+
+#: Result files whose recorded command does not re-make them today, or that
+#: record none: the command that does (checked by ``--remake --dry-run``),
+#: and why.
+REMAKE: dict[str, Remake] = {r.file: r for r in (
+    Remake("load-hotpath2.json",
+           "python -m benchmarks.load --server stock,readinto,readinto-3reads,framed-pool,asyncio-streams,"
+           "asyncio-protocol --gil-thread both --clients 64 --repeat 3 --rounds 2 --json load-hotpath2.json",
+           "the recorded command without readinto-transport, an engine benchmarks.load no longer has"),
+    Remake("http.json", "python -m benchmarks.http --rounds 5 --json http.json",
+           "the command the README names (the file records none)"),
+    Remake("http-uvloop.json", "python -m benchmarks.http --rounds 5 --loop uvloop --json http-uvloop.json",
+           "the command the docs name (the file records none)"),
+    Remake("dask-profile.json", "python -m benchmarks.dask_profile --json dask-profile.json",
+           "the command the docs name (the file records its settings, the defaults, not its command)"),
+    Remake("opcodes-bounds.json",
+           "python -m benchmarks.opcodes --impl bound-floor,bound-tornado,readinto,framed-pool,asyncio-streams,"
+           "asyncio-protocol --json opcodes-bounds.json",
+           "the command of opcodes-bounds.txt (a table, which records no run), with --json"),
+    Remake("echo-onecpu.json",
+           "taskset -c 1 python -m benchmarks.echo --msize 1KiB --repeat 3 --rounds 2 --json echo-onecpu.json",
+           "the recorded command, pinned to one CPU by taskset as it ran"),
+    Remake("echo-cpuquota.json",
+           "python -m benchmarks.echo --msize 1KiB --repeat 3 --rounds 2 --json echo-cpuquota.json",
+           "the recorded command, under a one-CPU cgroup quota as it ran", _one_cpu_quota),
+    *(Remake(file, None, "the engines it compares (readinto-selector, readinto-transport, framed-pool-selector, "
+                         "framed-pool-transport) are gone from benchmarks.load: this tree cannot re-make it (cite it "
+                         "no more)") for file in ("load-engines.json", "load-engines-64.json")),
+    Remake("opcodes-builds.json", None,
+           "opcodes-builds.txt (docs/internals.rst) counts two runs, the compiled build and the pure one "
+           "(TORNADO_READINTO_NO_EXTENSIONS=1), and a result file records one build: cite two files, say "
+           "opcodes-builds.json and opcodes-builds-pure.json, each made by python -m benchmarks.opcodes --impl "
+           "readinto,framed-pool,asyncio-streams,asyncio-protocol --json FILE"),
+)}  # fmt: skip
+
+# A file made on another tree, as the baseline of a comparison across trees.
+_BEFORE = re.compile(r"-before(?:-\d+)?$")
+
+
+def recorded_command(data: Any, file: str) -> str | None:
+    """The command ``data`` (a result file's JSON) records: ``meta.command``,
+    or for files written before there was one, ``python -m MODULE`` and
+    ``meta.argv`` (or ``argv``); None if it records neither."""
+    if not isinstance(data, dict):
+        return None
+    meta = data["meta"] if isinstance(data.get("meta"), dict) else {}
+    if isinstance(meta.get("command"), str) and meta["command"]:
+        return str(meta["command"])
+    argv = meta.get("argv", data.get("argv"))
+    module = module_of(file)
+    if isinstance(argv, list) and module is not None:
+        return shlex.join(["python", "-m", f"benchmarks.{module}", *map(str, argv)])
+    return None
+
+
+def remake_plan(directory: Path = RESULTS, root: Path = ROOT, only: Sequence[str] = ()) -> list[Remake]:
+    """How each cited result file is re-made (``only``: those named), the
+    headline's first: `REMAKE`, else the recorded command; None for a file
+    made on another tree (``NAME-before.json``) or that records no command."""
+    files: list[str] = []
+    for name in cited(directory, root):
+        file = f"{Path(name).stem}.json"
+        if file not in files and (not only or file in only or name in only):
+            files.append(file)
+    plans = []
+    for file in files:
+        if file in REMAKE:
+            plans.append(REMAKE[file])
+        elif _BEFORE.search(Path(file).stem):
+            plans.append(Remake(file, None, "made on an earlier tree, the baseline of a comparison across trees: "
+                                            "this tree cannot re-make it (re-make it on that tree, or cite it no "
+                                            "more)"))
+        else:
+            path = directory / file
+            data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+            recorded = recorded_command(data, file)
+            if recorded is None:
+                plans.append(Remake(file, None, "records no command" if path.exists() else "missing"))
+            else:
+                meta = data.get("meta") if isinstance(data, dict) else None
+                by_argv = not (isinstance(meta, dict) and meta.get("command"))
+                plans.append(Remake(file, recorded, "the command recorded in its argv" if by_argv else ""))
+    return plans
+
+
+def remake_words(plan: Remake, directory: Path) -> list[str]:
+    """``plan``'s command as words, writing its JSON (and plot) into ``directory``."""
+    assert plan.command is not None
+    words = outputs_in(shlex.split(plan.command), plan.file, shown(directory))
+    if "--json" not in words:
+        words += ["--json", f"{shown(directory)}/{plan.file}"]
+    return words
+
+
+def _module_and_argv(words: Sequence[str]) -> tuple[str, list[str]]:
+    i = list(words).index("-m")
+    return words[i + 1], list(words[i + 2:])
+
+
+def parse_command(words: Sequence[str]) -> argparse.Namespace:
+    """The arguments of ``python -m benchmarks.X ARGV`` as X's parser reads them.
+
+    :raises ValueError: X refuses them (with its message) or is no benchmark.
+    """
+    module, argv = _module_and_argv(words)
+    name = module.removeprefix("benchmarks.")
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            if name in ("instructions", "opcodes"):
+                bench = importlib.import_module(module)
+                args = bench.parser().parse_args(argv)
+                listed = args.server if name == "instructions" else args.impl
+                unknown = bench.unknown_servers(listed) if name == "instructions" else \
+                    [i for i in listed.split(",") if i not in importlib.import_module("benchmarks.impls").IMPLS]
+                if unknown:
+                    raise ValueError(f"unknown {'servers' if name == 'instructions' else 'implementations'}: "
+                                     f"{', '.join(unknown)}")
+                return args
+            from benchmarks.__main__ import SUITES, suite
+
+            if name not in SUITES:
+                raise ValueError(f"{module} is not a benchmark")
+            return suite(name).parse_args(argv)
+    except SystemExit:
+        lines = errors.getvalue().strip().splitlines()
+        raise ValueError(lines[-1] if lines else "its parser exits") from None
+
+
+def _cases(module: str, args: argparse.Namespace) -> list[Any] | None:
+    """What ``python -m module`` runs with ``args``, as objects whose fields
+    name a result's row (None: not known here)."""
+    name = module.removeprefix("benchmarks.")
+    if name in ("echo", "load"):
+        from benchmarks.__main__ import suite
+
+        return list(suite(name).cases(args))  # type: ignore[attr-defined]
+    if name == "instructions":
+        return [argparse.Namespace(server=s, loop=lo) for lo in args.loop.split(",") for s in args.server.split(",")]
+    if name == "opcodes":
+        return [argparse.Namespace(impl=i, loop=lo) for lo in args.loop.split(",") for i in args.impl.split(",")]
+    return None
+
+
+def _makes(case: Any, fields: dict[str, Any]) -> bool:
+    """Whether ``case`` makes the row with ``fields`` (fields it has not: any)."""
+    from benchmarks.harness.units import format_size
+
+    for key, value in fields.items():
+        if key == "msize_text" and hasattr(case, "msize"):
+            if format_size(case.msize) != value:
+                return False
+        elif hasattr(case, key) and getattr(case, key) != value:
+            return False
+    return True
+
+
+def check_remake(plan: Remake, directory: Path, res: Results) -> list[str]:
+    """What is wrong with ``plan`` (as `rendered_files` read ``res``): its
+    benchmark refuses its command, or it would not make a row that publish
+    reads from the file."""
+    if plan.command is None:
+        return []
+    words = remake_words(plan, directory)
+    try:
+        args = parse_command(words)
+    except ValueError as exc:
+        return [f"{plan.file}: python -m {_module_and_argv(words)[0]} refuses the command: {exc}"]
+    data = res.json(plan.file) if plan.file in res.read and (directory / plan.file).exists() else None
+    picked = data.picked if isinstance(data, ResultData) else []
+    cases = _cases(_module_and_argv(words)[0], args)
+    if cases is None:
+        return []
+    wanted = list(dict.fromkeys(tuple(sorted(f.items())) for f in picked))
+    return [f"{plan.file}: publish reads the row {dict(fields)} of it, which the command does not make"
+            for fields in wanted if not any(_makes(case, dict(fields)) for case in cases)]
+
+
+def remake(plans: Sequence[Remake], directory: Path, res: Results, dry_run: bool = False) -> int:
+    """Print (``dry_run``) or run each plan's command, its table into
+    ``STEM.txt`` beside its JSON; the exit status (1: a command was refused
+    or failed, or a file could not be re-made)."""
+    problems = [line for plan in plans for line in check_remake(plan, directory, res)]
+    runnable = [p for p in plans if p.command is not None]
+    tree = commit_meta()
+    if tree["dirty"]:
+        print(f"# the checkout differs from its commit ({', '.join(tree['changed'])}): every file re-made "
+              "records commit.dirty true")
+    print(f"# {len(runnable)} of the {len(plans)} cited result files re-made by a command each, the headline's "
+          f"first ({'dry run: nothing runs' if dry_run else 'one after the other'}):")
+    failed: list[str] = []
+    for plan in runnable:
+        words = remake_words(plan, directory)
+        needs = plan.needs() if plan.needs else None
+        print(shlex.join(words) + (f"  # {plan.note}" if plan.note else ""))
+        if needs:
+            print(f"#   not here: {needs}")
+        if dry_run or needs or any(line.startswith(f"{plan.file}: python -m") for line in problems):
+            if needs and not dry_run:
+                failed.append(f"{plan.file}: {needs}")
+            continue
+        env = dict(os.environ)
+        while words and re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]):
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+        words = [sys.executable if w == "python" else w for w in words]
+        table = directory / f"{Path(plan.file).stem}.txt"
+        with open(table, "w", encoding="utf-8") as out:
+            status = subprocess.run(words, cwd=ROOT, env=env, stdout=out).returncode
+        print(table.read_text(encoding="utf-8"), end="")
+        if status != 0:
+            failed.append(f"{plan.file}: exit status {status}")
+    cannot = [p for p in plans if p.command is None]
+    if cannot:
+        print("# not re-made by a command (publish refuses them until they are re-made or no longer cited):")
+        print("".join(f"#   {p.file}: {p.note}\n" for p in cannot), end="")
+    if problems:
+        print("# problems:")
+        print("".join(f"#   {line}\n" for line in problems), end="")
+    if failed:
+        print("# failed:")
+        print("".join(f"#   {line}\n" for line in failed), end="")
+    if not dry_run:
+        print("# then: python -m benchmarks.publish (the tables, README and plot), --check, --uncited")
+    return 1 if problems or failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.publish", description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="write nothing; report what no longer matches")
     p.add_argument("--results", type=Path, default=RESULTS, help="the result files' directory")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    p.add_argument("--cited", action="store_true",
+                   help="list the result files publish cites (renders from, or the pages name), with what cites "
+                        "each and whether publish refuses it")
+    p.add_argument("--uncited", action="store_true", help="list the files of the results directory nothing cites")
+    p.add_argument("--remake", nargs="*", metavar="FILE",
+                   help="re-make every cited result file (or only FILE ...) by its command, one after the other, "
+                        "into the results directory")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --remake: print the commands, each checked by its benchmark's parser, and run nothing")
     args = p.parse_args(argv)
-    res = Results(args.results)
+    if args.dry_run and args.remake is None:
+        p.error("--dry-run goes with --remake")
+    directory = args.results
+    if args.cited:
+        for name, where in cited(directory).items():
+            why = refusal(directory, name)
+            carrier = f"{Path(name).stem}.json"
+            status = f"REFUSED: {why}" if why else "ok" if name == carrier else f"with {carrier}"
+            print(f"{name}  {status}  [{', '.join(where)}]")
+        return 0
+    if args.uncited:
+        print("".join(f"{name}\n" for name in uncited(directory)), end="")
+        return 0
+    if args.remake is not None:
+        plans = remake_plan(directory, only=args.remake)
+        unknown = [f for f in args.remake if not any(f in (plan.file, f"{Path(plan.file).stem}.txt") for plan in plans)]
+        if unknown:
+            p.error(f"not cited: {', '.join(unknown)} (python -m benchmarks.publish --cited)")
+        return remake(plans, directory, rendered_files(directory), dry_run=args.dry_run)
+    res = Results(directory)
     if args.check:
         problems = check(res)
         for line in problems:
             print(line)
+        if problems and problems == refusals(directory):
+            print(REFUSED_HINT)
         if not problems:
-            print(f"every published figure matches {args.results}")
+            print(f"every published figure matches {directory}")
         return 1 if problems else 0
-    for path in render_all(res, plot=not args.no_plot):
+    try:
+        written = render_all(res, plot=not args.no_plot)
+    except Refused as exc:
+        print("\n".join(exc.lines))
+        print(REFUSED_HINT)
+        return 1
+    for path in written:
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

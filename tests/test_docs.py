@@ -3,8 +3,10 @@ no internal notes, and the compatibility block says what setup.cfg says.
 
 ``python -m benchmarks.publish`` renders the tables, the plot and the README's
 headline table from ``benchmarks/results/``; ``--check`` (`publish.check`)
-re-renders them in memory.  These tests run that check on the repository's
-result files (it must pass) and on a changed copy (it must fail).
+re-renders them in memory, refusing a cited result file that does not record
+its run.  These tests run that check on the repository's result files (it
+must pass once they are re-made) and on a copy given the metadata of a re-made
+run (rendered from, it passes; changed, or without the metadata, it fails).
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import configparser
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from benchmarks import publish
+from benchmarks import load, publish
+from benchmarks.harness.meta import missing_meta, run_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,15 +50,62 @@ def _rel(path: Path) -> str:
 
 @needs_results
 def test_published_figures_match_their_result_files() -> None:
+    """The repository's own result files: every cited one records its run
+    (publish refuses it otherwise) and every published figure matches.
+    Fails until the cited files are re-made: ``python -m benchmarks.publish
+    --remake`` on a quiet machine (``--cited`` lists them), then
+    ``python -m benchmarks.publish``."""
     problems = publish.check(publish.Results(publish.RESULTS))
-    assert not problems, "run: python -m benchmarks.publish\n" + "\n".join(problems)
+    assert not problems, publish.REFUSED_HINT + "\n" + "\n".join(problems)
+
+
+def _as_remade(results: Path) -> None:
+    """Give every result file of ``results`` (a copy) the metadata a re-made
+    one records, as `remake_plan` would make it (the command: the plan's,
+    else the recorded argv), in the format today's benchmarks write: the
+    HTTP files' flat lists of rounds become results with repeats, and the
+    opcode tables' counts (``.txt``) become ``opcodes-*.json``."""
+    for table in ("opcodes-bounds.txt", "opcodes-builds.txt"):
+        rows = [line.split() for line in (results / table).read_text().splitlines()
+                if line and not line.startswith("#") and line.split()[-1].isdigit()]  # fmt: skip
+        counts = [{"impl": r[0], "loop": r[1], "opcodes_per_msg": float(r[2])} for r in rows if len(r) == 3]
+        (results / table.replace(".txt", ".json")).write_text(json.dumps({"results": counts}))
+    plans = {plan.file: plan for plan in publish.remake_plan(results)}
+    for path in sorted(results.glob("*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, list):  # benchmarks.http before the harness
+            entries: dict[tuple[str, str], dict[str, Any]] = {}
+            for row in data:
+                entry = entries.setdefault((row["impl"], row["case"]), {"impl": row["impl"], "case": row["case"],
+                                                                       "repeats": []})  # fmt: skip
+                entry["repeats"].append({k: v for k, v in row.items() if k not in ("impl", "case")})
+            data = {"results": list(entries.values())}
+        plan = plans.get(path.name)
+        command = (plan.command if plan and plan.command else None) or publish.recorded_command(data, path.name)
+        if command is None:
+            command = f"python -m benchmarks.{publish.module_of(path.name) or 'echo'} --json {path.name}"
+        words = shlex.split(command)
+        i = words.index("-m")
+        data.setdefault("meta", {}).update(run_meta(words[i + 1], words[i + 2:]))
+        path.write_text(json.dumps(data))
 
 
 @pytest.fixture
-def results_copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "results"
-    shutil.copytree(publish.RESULTS, copy, ignore=shutil.ignore_patterns("*.png"))
-    return copy
+def published(tmp_path: Path) -> tuple[Path, Path]:
+    """``(root, results)``: a copy of the pages and of the result files, the
+    files given the metadata of a re-made run (`_as_remade`) and the tables,
+    README and plot values rendered from them (the plot's PNG copied)."""
+    root = tmp_path / "root"
+    for page in ("README.rst", "CHANGELOG.rst", "benchmarks/README.rst"):
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / page, root / page)
+    shutil.copytree(ROOT / "docs", root / "docs", ignore=shutil.ignore_patterns("_build"))
+    results = tmp_path / "results"
+    shutil.copytree(publish.RESULTS, results, ignore=shutil.ignore_patterns("*.png"))
+    shutil.copy(publish.RESULTS / "dask.png", results / "dask.png")  # cited by name: the run's plot
+    _as_remade(results)
+    publish.render_all(publish.Results(results), root, plot=False)
+    return root, results
 
 
 def _edit_dask_transfer(results: Path, factor: float) -> None:
@@ -70,10 +122,11 @@ def _edit_dask_transfer(results: Path, factor: float) -> None:
 
 
 @needs_results
-def test_check_fails_when_a_result_file_changes_under_a_published_figure(results_copy: Path) -> None:
-    assert publish.check(publish.Results(results_copy)) == []  # the copy as it is: all match
-    _edit_dask_transfer(results_copy, 0.5)
-    problems = publish.check(publish.Results(results_copy))
+def test_check_fails_when_a_result_file_changes_under_a_published_figure(published: tuple[Path, Path]) -> None:
+    root, results = published
+    assert publish.check(publish.Results(results), root) == []  # as rendered: all match
+    _edit_dask_transfer(results, 0.5)
+    problems = publish.check(publish.Results(results), root)
     joined = "\n".join(problems)
     assert "README.rst: the headline table" in joined
     assert "docs/_generated/dask.rst" in joined
@@ -86,26 +139,166 @@ def test_check_fails_when_a_result_file_changes_under_a_published_figure(results
 
 
 @needs_results
-def test_check_fails_for_each_kind_of_result_file(results_copy: Path) -> None:
+def test_check_fails_for_each_kind_of_result_file(published: tuple[Path, Path]) -> None:
     """A changed figure is found whichever suite's file it is in."""
-    http = results_copy / "http.json"
-    rows = json.loads(http.read_text())
-    for row in rows:
-        if row["impl"] == "readinto" and row["case"] == "post":
-            row["requests"] *= 2
-    http.write_text(json.dumps(rows))
+    root, results = published
+    http = results / "http.json"
+    data = json.loads(http.read_text())
+    for entry in data["results"]:
+        if entry["impl"] == "readinto" and entry["case"] == "post":
+            for repeat in entry["repeats"]:
+                repeat["requests"] *= 2
+    http.write_text(json.dumps(data))
     for name in (publish.BOUNDS, "load-facecore-pinned.json"):
-        load = results_copy / name
+        load = results / name
         data = json.loads(load.read_text())
         for entry in data["results"]:
             if entry["server"] == "readinto":
                 for repeat in entry["repeats"]:
                     repeat["loop_cpu_us_per_msg"] *= 0.5
         load.write_text(json.dumps(data))
-    problems = "\n".join(publish.check(publish.Results(results_copy)))
+    problems = "\n".join(publish.check(publish.Results(results), root))
     assert "docs/_generated/http.rst" in problems
     assert "docs/_generated/load.rst" in problems
     assert "http.post.asyncio" in problems and "facecore.readinto" in problems
+
+
+def test_publish_refuses_a_cited_file_that_does_not_record_its_run(
+    published: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Render and check refuse, naming each file and what it lacks; render
+    writes nothing."""
+    root, results = published
+    dask = results / "dask.json"
+    data = json.loads(dask.read_text())
+    del data["meta"]["commit"], data["meta"]["machine"]["cpu_model"]
+    dask.write_text(json.dumps(data))
+    bounds = results / publish.BOUNDS
+    data = json.loads(bounds.read_text())
+    data["meta"] = {"argv": data["meta"]["argv"]}  # as files were written before the metadata
+    bounds.write_text(json.dumps(data))
+    (results / "opcodes-builds.json").unlink()  # a cited table (docs/internals.rst) with no result file
+    (results / "echo-twocpu.json").unlink()  # a file publish renders from
+    problems = publish.check(publish.Results(results), root)
+    assert problems == publish.refusals(results, root)
+    assert sorted(problems) == sorted([
+        f"{results}/dask.json: records no commit, machine.cpu_model (the run's metadata)",
+        f"{results}/{publish.BOUNDS}: records no commit, build, machine, python, command (the run's metadata)",
+        f"{results}/opcodes-builds.txt: a table or plot with no result file beside it (opcodes-builds.json): "
+        "nothing records its run",
+        f"{results}/echo-twocpu.json: missing",
+    ])
+    readme = (root / "README.rst").read_text()
+    with pytest.raises(publish.Refused) as refused:
+        publish.render_all(publish.Results(results), root, plot=False)
+    assert refused.value.lines == problems and (root / "README.rst").read_text() == readme
+    # the command line says the same, and how to re-make them (pages: the repository's)
+    assert publish.main(["--check", "--results", str(results)]) == 1
+    out = capsys.readouterr().out
+    assert f"{results}/{publish.BOUNDS}: records no commit" in out and "--remake" in out
+    assert publish.main(["--results", str(results), "--no-plot"]) == 1
+    assert "records no commit" in capsys.readouterr().out
+
+
+def test_cited_and_uncited_files(published: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    root, results = published
+    (results / "stray.json").write_text("{}")
+    cited = publish.cited(results, root)
+    assert cited["dask.json"][:2] == ["publish", "README.rst"]  # rendered from, and named by the README
+    assert cited["dask.png"] == ["benchmarks/README.rst"] or "the run of dask.json" in cited["dask.png"]
+    assert cited["idle-10k.json"] == ["the run of idle-10k.txt"]  # the CHANGELOG names the table
+    assert "dask-transfer-rcvlowat-before-2.json" in cited  # named by a pattern, dask-transfer-rcvlowat*.json
+    assert list(cited)[:5] == ["dask.json", "dask-busy.json", "http.json", "echo-twocpu.json",
+                               "load-hotpath2.json"]  # the headline's first
+    uncited = publish.uncited(results, root)
+    assert "stray.json" in uncited and not set(uncited) & set(cited)
+    listing = {p.name for p in results.iterdir()}
+    assert set(uncited) == listing - set(cited)  # (cited: also files that are missing)
+    assert publish.main(["--uncited", "--results", str(results)]) == 0
+    assert "stray.json\n" in capsys.readouterr().out
+    assert publish.main(["--cited", "--results", str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "dask.json  ok  [publish, README.rst" in lines[0] and not any("stray" in line for line in lines)
+
+
+def test_remake_dry_run_prints_every_command_and_runs_nothing(
+    published: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, results = published
+    before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
+    publish.main(["--remake", "--dry-run", "--results", str(results)])
+    out = capsys.readouterr().out
+    assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before  # nothing ran
+    commands = [line.split("  # ")[0] for line in out.splitlines() if line and not line.startswith("#")]
+    heads = ["python -m benchmarks.dask --rpc 5000", "python -m benchmarks.dask --workload rpc,busy-worker",
+             "python -m benchmarks.http --rounds 5 --json", "python -m benchmarks.echo --msize 1KiB",
+             "python -m benchmarks.load --server stock,readinto,readinto-3reads,framed-pool,"]
+    assert [c[: len(h)] for c, h in zip(commands, heads)] == heads  # the headline's first
+    assert f"--json {results}/dask.json --plot {results}/dask.png" in commands[0]
+    assert "readinto-transport" not in commands[4]
+    assert any(c.startswith("taskset -c 1 python -m benchmarks.echo") for c in commands)
+    assert any(c.startswith("python -m benchmarks.opcodes --impl bound-floor,") and
+               c.endswith(f"--json {results}/opcodes-bounds.json") for c in commands)
+    # every command writes its JSON into the results directory, each file once
+    written = [shlex.split(c) for c in commands]
+    jsons = [w[w.index("--json") + 1] for w in written]
+    assert all(j.startswith(f"{results}/") for j in jsons) and len(set(jsons)) == len(jsons)
+    # files this tree cannot re-make are listed, with why
+    assert "#   echo-rcvlowat-before.json: made on an earlier tree" in out
+    assert "#   load-engines.json: the engines it compares" in out
+
+
+def test_remake_checks_each_command_with_its_benchmark(published: tuple[Path, Path]) -> None:
+    """A command its benchmark refuses, or that would not make a row publish
+    reads from its file, is a problem of the dry run."""
+    _, results = published
+    res = publish.rendered_files(results)
+    refused = publish.Remake("load-bounds.json", "python -m benchmarks.load --server readinto-transport")
+    assert publish.check_remake(refused, results, res) == [
+        "load-bounds.json: python -m benchmarks.load refuses the command: python -m benchmarks load: error: "
+        "argument --server: unknown server 'readinto-transport'; known: " + ", ".join(load._all_servers())]
+    short = publish.Remake("echo-twocpu.json", "python -m benchmarks.echo --impl readinto,threads --msize 1KiB")
+    problems = publish.check_remake(short, results, res)
+    assert problems and all("'impl': 'stock-read_bytes'" in p or "'impl': 'readinto-nospin'" in p for p in problems)
+    assert publish.check_remake(publish.REMAKE["load-hotpath2.json"], results, res) == []
+
+
+def test_remake_runs_each_command_into_the_results_directory(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The run itself, on a count that takes a second (no timing): the
+    JSON with its metadata (the environment the command sets included), the
+    table beside it; a file whose condition does not hold here is not run."""
+    count = "python -m benchmarks.opcodes --impl asyncio-protocol --loop asyncio --clients 1 --messages 20"
+    plans = [publish.Remake("opcodes-bounds.json", f"TORNADO_READINTO_NO_EXTENSIONS=1 {count}"),
+             publish.Remake("opcodes-spike.json", count, needs=lambda: "needs what is not here")]
+    assert publish.remake(plans, tmp_path, publish.Results(tmp_path)) == 1  # one not run
+    out = capsys.readouterr().out
+    assert f"TORNADO_READINTO_NO_EXTENSIONS=1 {count} --json {tmp_path}/opcodes-bounds.json\n" in out
+    assert "#   opcodes-spike.json: needs what is not here" in out and "python -m benchmarks.publish" in out
+    data = json.loads((tmp_path / "opcodes-bounds.json").read_text())
+    assert missing_meta(data) == [] and data["meta"]["build"]["name"] == "pure"
+    assert data["meta"]["command"] == f"TORNADO_READINTO_NO_EXTENSIONS=1 {count} --json {tmp_path}/opcodes-bounds.json"
+    assert data["results"][0]["impl"] == "asyncio-protocol" and data["results"][0]["opcodes_per_msg"] > 0
+    assert (tmp_path / "opcodes-bounds.txt").read_text().split()[:3] == ["server", "loop", "opcodes/msg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["opcodes-bounds.json", "opcodes-bounds.txt"]
+
+
+def test_every_remake_command_runs_today() -> None:
+    """Each cited file's re-make command is one its benchmark accepts (its
+    parser, and the server names it runs), run on nothing."""
+    res = publish.rendered_files(publish.RESULTS)
+    refused = [line for plan in publish.remake_plan() for line in publish.check_remake(plan, publish.RESULTS, res)
+               if " refuses the command: " in line]
+    assert not refused, "\n".join(refused)
+
+
+def test_results_hold_only_cited_files() -> None:
+    """PRUNE PENDING: fails until ``benchmarks/results/`` is pruned to the
+    files publish cites (after the cited files are re-made, the set cited
+    changes): ``python -m benchmarks.publish --uncited`` lists the files to
+    delete."""
+    uncited = publish.uncited()
+    assert not uncited, "not cited, delete them (python -m benchmarks.publish --uncited):\n" + "\n".join(uncited)
 
 
 def test_every_quote_names_known_figures() -> None:
@@ -117,6 +310,10 @@ def test_every_quote_names_known_figures() -> None:
 
 @needs_results
 def test_every_figure_renders() -> None:
+    """From the repository's result files.  The opcode counts are read from
+    ``opcodes-bounds.json``, which ``python -m benchmarks.publish --remake``
+    makes (the table ``opcodes-bounds.txt`` records no run): until then this
+    fails for them."""
     res = publish.Results(publish.RESULTS)
     for name in publish.FIGURES:
         f = publish.figure(res, name)

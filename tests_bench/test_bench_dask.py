@@ -16,6 +16,7 @@ pytest.importorskip("distributed")
 
 from benchmarks import dask as bench  # noqa: E402
 from benchmarks import dask_busyworker as busy  # noqa: E402
+from benchmarks import harness as h  # noqa: E402
 from benchmarks.dask import SUITE, DaskResult, _square, ratio  # noqa: E402
 from benchmarks.harness import alternation  # noqa: E402
 
@@ -208,6 +209,7 @@ def test_bench_dask_busy_worker_tiny_real_run(tmp_path: Path) -> None:
     assert SUITE.main(argv) == 0
     data = json.loads(path.read_text())
     assert data["meta"]["busy_worker"] == {"n_workers": 1, "threads_per_worker": 2, "fresh_cluster": True}
+    assert h.missing_meta(data) == [] and data["meta"]["packages"]["distributed"]
     rows = data["results"]
     assert [(r["workload"], r["protocol"]) for r in rows] == [
         (f"{row}[builtins]", p)

@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from benchmarks import harness as h  # noqa: E402
 from benchmarks.dask_profile import HOP_SEGMENTS, SUITE, categorize, split_samples  # noqa: E402
 
 RECV = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);_recv_into (tornado_readinto/iostream.py:585);sock_recv_into (socketmodule.c:3631);recv (libc.so.6)"  # noqa: E501
@@ -60,7 +61,9 @@ def test_dask_profile_tiny_run_over_both_protocols(tmp_path, capsys):
     argv += ["--rate", "50"]
     assert SUITE.main([*argv, "--json", str(path)]) == 0
     out = capsys.readouterr().out
-    results = json.loads(path.read_text())["results"]
+    data = json.loads(path.read_text())
+    assert h.missing_meta(data) == [] and data["meta"]["args"]["rpc"] == 30
+    results = data["results"]
     assert set(results) == {"tcp", "readinto"}
     for protocol, r in results.items():
         assert r["rpc"]["wall_us"] > 0 and r["rpc"]["cpu_us"] > 0

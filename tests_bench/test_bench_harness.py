@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tornado
 
 from benchmarks import harness as h
 from benchmarks.__main__ import SUITES
@@ -274,7 +278,9 @@ def test_suite_rounds_alternate_and_pool(tmp_path: Path, capsys: pytest.CaptureF
     assert progress[4].startswith("[3/6] new big: 21.0 speed")
     assert "6 repeats" in captured.out and "FAILED" not in captured.out
     data = json.loads(out.read_text())
-    assert data["meta"]["rounds"] == 3 and data["meta"]["repeat"] == 2 and data["meta"]["tornado"]
+    assert data["meta"]["rounds"] == 3 and data["meta"]["repeat"] == 2 and data["meta"]["packages"]["tornado"]
+    assert h.missing_meta(data) == []  # what publishing requires: commit, build, machine, python, command
+    assert data["meta"]["command"] == "python -m benchmarks.fake --rounds 3 --repeat 2 --json " + str(out)
     entries = data["results"]
     assert [(e["thing"], e["case"]) for e in entries] == [
         ("old", "small"),
@@ -380,6 +386,89 @@ def test_thread_cpu_s_counts_one_thread_only() -> None:
 
 
 # -- python -m benchmarks ----------------------------------------------------------------
+
+
+# -- meta: what every result file records -----------------------------------------------
+
+
+def test_run_meta_records_the_run_the_build_the_machine_and_python() -> None:
+    import tornado_readinto
+
+    meta = h.run_meta("benchmarks.echo", ["--msize", "1KiB", "--json", "out dir/e.json"])
+    assert h.missing_meta({"meta": meta}) == []
+    assert meta["argv"] == ["--msize", "1KiB", "--json", "out dir/e.json"]
+    assert meta["command"].endswith("python -m benchmarks.echo --msize 1KiB --json 'out dir/e.json'")
+    assert len(meta["commit"]["sha"]) == 40 and isinstance(meta["commit"]["dirty"], bool)  # a git checkout
+    assert meta["build"]["compiled"] is tornado_readinto.COMPILED
+    assert meta["build"]["name"] == ("compiled" if tornado_readinto.COMPILED else "pure")
+    machine = meta["machine"]
+    assert machine["cpu_model"] and machine["kernel"] and 0 < machine["usable_cores"] <= machine["cpu_count"]
+    assert meta["python"]["implementation"] == platform.python_implementation()
+    assert meta["packages"]["tornado"] == tornado.version
+    json.dumps(meta)  # JSON as it is
+
+
+def test_the_command_names_the_build_variables_and_the_cpus_it_ran_on() -> None:
+    from benchmarks.harness.meta import command_line
+
+    pinned = {"affinity": [1], "cpu_count": 2}
+    env = {"TORNADO_READINTO_NO_EXTENSIONS": "1"}
+    assert command_line("benchmarks.echo", ["--msize", "1KiB"], env, pinned) == (
+        "TORNADO_READINTO_NO_EXTENSIONS=1 taskset -c 1 python -m benchmarks.echo --msize 1KiB")
+    assert command_line("benchmarks.load", [], {}, {"affinity": [0, 1], "cpu_count": 2}) == "python -m benchmarks.load"
+
+
+@pytest.mark.parametrize("cpuinfo, model", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n", "AMD EPYC 7B13"),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\n\nModel\t: Raspberry Pi 4 Model B\n", "Raspberry Pi 4 Model B"),
+])  # fmt: skip
+def test_the_cpu_model_is_read_from_cpuinfo(tmp_path: Path, cpuinfo: str, model: str) -> None:
+    from benchmarks.harness.meta import cpu_model
+
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+    assert cpu_model(str(tmp_path / "cpuinfo")) == model
+
+
+def test_a_tree_is_dirty_by_its_sources_not_by_its_result_files(tmp_path: Path) -> None:
+    from benchmarks.harness.meta import commit_meta
+
+    assert commit_meta(tmp_path) == {"sha": None, "dirty": None, "changed": []}  # not a checkout
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "a.json").write_text("{}")
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"]):
+        subprocess.run([*git, *args], check=True)
+    clean = commit_meta(tmp_path)
+    assert len(clean["sha"]) == 40 and clean["dirty"] is False
+    (results / "a.json").write_text('{"re-made": true}')  # a re-made result file
+    (tmp_path / "new.py").write_text("")  # untracked
+    assert commit_meta(tmp_path)["dirty"] is False
+    (tmp_path / "mod.py").write_text("x = 2\n")
+    assert commit_meta(tmp_path) == {"sha": clean["sha"], "dirty": True, "changed": ["mod.py"]}
+
+
+def test_missing_meta_names_what_a_result_file_lacks() -> None:
+    assert h.missing_meta([]) == ["commit", "build", "machine", "python", "command"]
+    assert h.missing_meta({"meta": {"argv": ["--full"]}}) == ["commit", "build", "machine", "python", "command"]
+    meta = h.run_meta("benchmarks.load", [])
+    del meta["machine"]["kernel"]
+    meta["commit"] = "0123abc"  # as benchmarks.idle once wrote it: no dirty flag
+    meta["command"] = ""
+    assert h.missing_meta({"meta": meta}) == ["commit", "machine.kernel", "command"]
+
+
+def test_every_benchmark_that_writes_json_records_the_run() -> None:
+    """One place: each module that writes a JSON file puts `run_meta` in it
+    (the suites through `TableSuite.meta`)."""
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    writers = [p for p in root.rglob("*.py") if re.search(r"json\.dump\(|write_json\(", p.read_text())]
+    writers = [p for p in writers if p.name not in ("output.py", "publish.py")]  # the writer; reads only
+    assert {p.name for p in writers} >= {"dask_profile.py", "instructions.py", "opcodes.py"}
+    assert [p.name for p in writers if "run_meta(" not in p.read_text()] == []
+    assert "run_meta(self.module, argv)" in (root / "harness" / "suite.py").read_text()
+
 
 
 @pytest.mark.parametrize("argv", [[], ["--help"]])

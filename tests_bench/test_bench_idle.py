@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import harness as h
 from benchmarks.idle import KINDS, SUITE, message
 
 
@@ -21,6 +22,9 @@ def test_idle_tiny_run_of_every_kind(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert SUITE.main(["--connections", "20", "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "KiB per idle conn" in table
-    results = json.loads(out.read_text())["results"]
+    data = json.loads(out.read_text())
+    assert h.missing_meta(data) == [] and data["meta"]["command"].endswith("python -m benchmarks.idle --connections 20 "
+                                                                           f"--json {out}")
+    results = data["results"]
     assert [r["kind"] for r in results] == list(KINDS)
     assert all(r["status"] == "ok" and r["repeats"][0]["rss_after"] > 0 for r in results)

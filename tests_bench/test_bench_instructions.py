@@ -3,11 +3,14 @@ counted by cachegrind (a count, never a timing)."""
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 import tornado_readinto
+from benchmarks import harness as h
 from benchmarks import instructions
 
 
@@ -35,6 +38,23 @@ def test_without_valgrind_the_run_stops_saying_so(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert instructions.main(["--server", "asyncio-protocol", "--loop", "asyncio"]) == 2
     assert "valgrind is not installed" in capsys.readouterr().err
+
+
+def test_the_json_records_the_counts_and_the_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    """(The count itself stubbed: what is written, not what valgrind counts.)"""
+    monkeypatch.setattr(instructions, "valgrind", lambda: "/usr/bin/valgrind")
+    monkeypatch.setattr(instructions, "count", lambda server, loop, **kw: instructions.Counted(
+        server, loop, 1234.5, [(2000, 10), (6000, 20)]))  # fmt: skip
+    out = tmp_path / "instructions.json"
+    argv = ["--server", "asyncio-protocol", "--loop", "asyncio", "--json", str(out)]
+    assert instructions.main(argv) == 0
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert h.missing_meta(data) == [] and data["meta"]["argv"] == argv
+    assert data["meta"]["command"] == "python -m benchmarks.instructions " + " ".join(argv)
+    assert data["results"] == [{"server": "asyncio-protocol", "loop": "asyncio", "per_msg": 1234.5,
+                                "runs": [[2000, 10], [6000, 20]]}]  # fmt: skip
+    assert instructions.unknown_servers("readinto-pure,asyncio-protocol,readinto-transport") == ["readinto-transport"]
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")

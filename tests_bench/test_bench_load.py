@@ -728,7 +728,8 @@ def test_load_smoke_asyncio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "x asyncio-streams" in captured.out and "FAILED" not in captured.out
     assert sum(line.startswith("[") for line in captured.err.splitlines()) == 2  # progress per case
     data = json.loads(out.read_text())
-    assert data["meta"]["tornado"] and "uvloop" in data["meta"] and data["meta"]["repeat"] == 1
+    assert data["meta"]["packages"]["tornado"] and "uvloop" in data["meta"]["packages"] and data["meta"]["repeat"] == 1
+    assert h.missing_meta(data) == [] and data["meta"]["command"].startswith("python -m benchmarks.load --server ")
     assert data["meta"]["client_loop"] == "asyncio"
     entries = data["results"]
     assert [(e["server"], e["loop"], e["client_loop"]) for e in entries] == [

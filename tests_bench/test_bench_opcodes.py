@@ -3,11 +3,14 @@ sockets on 127.0.0.1 (small runs; the counts themselves are the benchmark's)."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
 import tornado_readinto
+from benchmarks import harness as h
 from benchmarks import opcodes
 
 #: _gilheld's functions that a slow socket call runs (see _streamcore.receive).
@@ -55,3 +58,17 @@ def test_main_prints_a_row_per_case_and_refuses_unknown_names(capsys: pytest.Cap
     assert rows[1].split()[:2] == ["asyncio-protocol", "asyncio"] and int(rows[1].split()[2]) > 0
     assert opcodes.main(["--impl", "no-such-impl", "--loop", "asyncio"]) == 2
     assert "SKIPPED (unknown implementation 'no-such-impl')" in capsys.readouterr().out
+
+
+def test_main_writes_the_counts_with_the_runs_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "opcodes.json"
+    argv = ["--impl", "asyncio-protocol,no-such-impl", "--loop", "asyncio", "--clients", "1", "--messages", "20",
+            "--json", str(out)]  # fmt: skip
+    assert opcodes.main(argv) == 2
+    capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert h.missing_meta(data) == [] and data["meta"]["command"] == "python -m benchmarks.opcodes " + " ".join(argv)
+    counted, skipped = data["results"]
+    assert counted["impl"] == "asyncio-protocol" and counted["loop"] == "asyncio" and counted["opcodes_per_msg"] > 0
+    assert counted["messages"] == 20 and counted["frames_per_msg"] is None and counted["skipped"] is None
+    assert skipped == {"impl": "no-such-impl", "loop": "asyncio", "skipped": "unknown implementation 'no-such-impl'"}

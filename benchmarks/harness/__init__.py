@@ -8,7 +8,9 @@ A suite module declares its cases, how to run one case and its columns (a
 * ``results``: a result's repeats (`Repeated`: median, spread, merging
   rounds) and the ratios to a baseline;
 * ``table``: the text table (`Column`, `Ratio`);
-* ``output``: the JSON, the run's metadata, the exit status;
+* ``output``: the JSON, the exit status;
+* ``meta``: the run's metadata, which every result file records (`run_meta`),
+  and what publishing requires of it (`missing_meta`);
 * ``plot``: the PNG's figure and bars (matplotlib only when asked);
 * ``cpu``: one way to read a process's CPU time, one for a thread's;
 * ``verify``: failed cases and result checks;
@@ -21,7 +23,8 @@ A suite module declares its cases, how to run one case and its columns (a
 from __future__ import annotations
 
 from .cpu import process_cpu_s, process_usage, thread_cpu_s
-from .output import finish, from_json, run_meta, to_json, write_json
+from .meta import missing_meta, run_meta
+from .output import finish, from_json, to_json, write_json
 from .processes import STARTUP_TIMEOUT_S, ChildProcess, case_timeout_s, run_server_and_client
 from .results import Repeated, find_baseline, median_ratio, paired_ratios
 from .suite import Suite, TableSuite, alternation, in_turn
@@ -79,6 +82,7 @@ __all__ = [
     "key_field",
     "median_ratio",
     "metric",
+    "missing_meta",
     "non_negative",
     "one",
     "paired_ratios",

@@ -1,33 +1,16 @@
 """What a run leaves: the table on stdout, the JSON and the plot when asked,
-and the exit status."""
+and the exit status.  The JSON's ``"meta"`` is `benchmarks.harness.meta.run_meta`."""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
-import os
-import platform
 import sys
 from collections.abc import Collection, Sequence
 from typing import Any, Callable
 
 from .results import R
 from .table import Ratio
-
-
-def run_meta(argv: Sequence[str]) -> dict[str, Any]:
-    """What every suite's JSON records about the run and the machine."""
-    import tornado
-
-    return {
-        "argv": list(argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "tornado": tornado.version,
-    }
 
 
 def _fields(result: Any) -> list[str]:

@@ -15,7 +15,8 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Callable, Generic, TypeVar
 
-from .output import finish, from_json, run_meta, to_json
+from .meta import run_meta
+from .output import finish, from_json, to_json
 from .results import R
 from .table import Column, Ratio, format_table
 from .units import positive_int
@@ -44,6 +45,11 @@ class Suite:
     name = ""
     summary = ""
     description = ""
+
+    @property
+    def module(self) -> str:
+        """The module that runs the suite: ``python -m benchmarks.NAME``."""
+        return f"benchmarks.{self.name}"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add the suite's own flags."""
@@ -141,8 +147,9 @@ class TableSuite(Suite, Generic[C, R]):
         return self.label(result)
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-        """The JSON's ``meta``."""
-        meta = run_meta(argv)
+        """The JSON's ``meta``: `run_meta` (the run, the build, the machine), the
+        repeats and rounds; a suite adds its own settings."""
+        meta = run_meta(self.module, argv)
         if self.repeat_default is not None:
             meta["repeat"] = args.repeat
         if self.rounds:
