@@ -74,8 +74,8 @@ PAIRS: dict[str, tuple[str, str]] = {
     "tls": ("tls", "readinto-tls"),
     "switch": ("tcp", "tcp+switch"),
     "switch-tls": ("tls", "tls+switch"),
-    "switch-sink": ("tcp", "tcp+switch-sink"),
-    "switch-source": ("tcp", "tcp+switch-source"),
+    "switch-sink": ("tcp+spec", "tcp+switch-sink"),
+    "switch-source": ("tcp+spec", "tcp+switch-source"),
 }
 
 #: The suffix of a switched side's protocol name (see `PAIRS`).
@@ -85,8 +85,10 @@ SWITCHED = "+switch"
 #: switched, by its own preload (`tornado_readinto.dask_switch.PRELOAD` in
 #: that worker's ``preload``): the sink (worker b, which fetches) or the
 #: source (worker a, which serves), so that every array crosses between a
-#: switched and a stock process, in one direction or the other.
-MIXED_ROLES: dict[str, int] = {"tcp+switch-source": 0, "tcp+switch-sink": 1}
+#: switched and a stock process, in one direction or the other.  Their
+#: baseline, ``tcp+spec``, is the same cluster with neither worker switched
+#: (a ``SpecCluster``, not `open_side`'s ``LocalCluster``: one shape for both).
+MIXED_ROLES: dict[str, int | None] = {"tcp+spec": None, "tcp+switch-source": 0, "tcp+switch-sink": 1}
 
 #: The readinto side's protocols: ``--env`` applies to their clusters only.
 READINTO_PROTOCOLS = tuple(readinto for _, readinto in PAIRS.values())
@@ -659,18 +661,17 @@ def open_mixed_side(
 ) -> Iterator[Side]:
     """A `MIXED_ROLES` side: two worker processes on ``tcp://`` under a stock
     scheduler (in this process, as `open_side`'s) and a stock client, the
-    worker of the role switched by its own preload; ``Side.workers`` is
-    (source, sink), the switched one in its role's place."""
+    worker of the role (if any) switched by its own preload;
+    ``Side.workers`` is (source, sink), the switched one in its role's place."""
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
     from tornado_readinto import dask_switch
 
     check(n_workers == 2 and not cluster_kwargs, f"a mixed side has two workers, not {n_workers} {cluster_kwargs}")
+    role = MIXED_ROLES[protocol]
     worker = {"nthreads": threads_per_worker, "host": "127.0.0.1", "dashboard": False}
-    workers = {
-        "plain": {"cls": Nanny, "options": worker},
-        "switched": {"cls": Nanny, "options": {**worker, "preload": [dask_switch.PRELOAD]}},
-    }
+    switched_worker = worker if role is None else {**worker, "preload": [dask_switch.PRELOAD]}
+    workers = {"plain": {"cls": Nanny, "options": worker}, "other": {"cls": Nanny, "options": switched_worker}}
     scheduler = {"cls": Scheduler, "options": {"protocol": "tcp://", "host": "127.0.0.1", "dashboard_address": ":0"}}
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster, timeout="60s") as client:
         client.wait_for_workers(2, timeout=120)
@@ -678,10 +679,12 @@ def open_mixed_side(
         states = {a: (w["switched"], w.get("listener_switched", False)) for a, w in report["workers"].items()}
         switched = [a for a, state in states.items() if state == (True, True)]
         plain = [a for a, state in states.items() if state == (False, False)]
-        check(len(switched) == 1 and len(plain) == 1, f"{protocol}: not one switched and one stock worker: {report}")
+        expected = (0, 2) if role is None else (1, 1)
+        check((len(switched), len(plain)) == expected, f"{protocol}: not {expected} switched, stock workers: {report}")
         check(not report["scheduler"].get("listener_switched", False), f"{protocol}: a switched scheduler: {report}")
-        roles = [plain[0], plain[0]]
-        roles[MIXED_ROLES[protocol]] = switched[0]
+        roles = sorted(plain)
+        if role is not None:
+            roles[role] = switched[0]
         yield Side(protocol, cluster, client, roles)
 
 
@@ -901,8 +904,9 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             default=["tcp", "tls"],
             help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://), switch"
             " (stock tcp:// vs tcp:// with the switch on in every process), switch-tls (the same for tls://),"
-            " switch-sink / switch-source (stock tcp:// vs a stock scheduler and client with only the fetching /"
-            " the serving worker switched: transfers between a switched and a stock process); default tcp,tls",
+            " switch-sink / switch-source (a stock scheduler and client with only the fetching / the serving worker"
+            " switched, against the same cluster with neither switched, tcp+spec: transfers between a switched"
+            " and a stock process); default tcp,tls",
         )
         p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
         p.add_argument("--rpc", type=h.positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")

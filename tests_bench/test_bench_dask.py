@@ -364,8 +364,9 @@ def test_bench_dask_each_pair_has_its_own_baseline() -> None:
 def test_bench_dask_mixed_pairs_tiny_real_run(tmp_path: Path) -> None:
     """The mixed pairs: a stock scheduler and client with one switched
     worker, the fetching one (switch-sink) or the serving one
-    (switch-source); `open_mixed_side` checks through ``dask_switch.verify``
-    that exactly that worker is switched.  Every array crosses between a
+    (switch-source), against the same SpecCluster with neither switched
+    (tcp+spec); `open_mixed_side` checks through ``dask_switch.verify``
+    that exactly that worker is switched, or none.  Every array crosses between a
     switched and a stock process and passes its checks; each row has its
     own pair's baseline; this process stays stock."""
     from tornado_readinto import dask_switch
@@ -377,8 +378,8 @@ def test_bench_dask_mixed_pairs_tiny_real_run(tmp_path: Path) -> None:
     assert not dask_switch.is_switched()
     rows = json.loads(path.read_text())["results"]
     assert [(r["pair"], r["protocol"]) for r in rows] == [
-        ("switch-sink", "tcp"), ("switch-sink", "tcp+switch-sink"),
-        ("switch-source", "tcp"), ("switch-source", "tcp+switch-source"),
+        ("switch-sink", "tcp+spec"), ("switch-sink", "tcp+switch-sink"),
+        ("switch-source", "tcp+spec"), ("switch-source", "tcp+switch-source"),
     ]  # fmt: skip
     assert all(r["status"] == "ok" and r["value"]["median"] > 0 for r in rows), rows
     for mixed, base in ((rows[1], rows[0]), (rows[3], rows[2])):
