@@ -682,7 +682,7 @@ def open_mixed_side(
         expected = (0, 2) if role is None else (1, 1)
         check((len(switched), len(plain)) == expected, f"{protocol}: not {expected} switched, stock workers: {report}")
         check(not report["scheduler"].get("listener_switched", False), f"{protocol}: a switched scheduler: {report}")
-        roles = sorted(plain)
+        roles = sorted(plain) if role is None else [*plain, *plain]
         if role is not None:
             roles[role] = switched[0]
         yield Side(protocol, cluster, client, roles)
