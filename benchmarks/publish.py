@@ -297,7 +297,7 @@ LOOPS = ("asyncio", "uvloop")
 FIGURES: dict[str, Callable[[Results], Figure]] = {
     # dask: python -m benchmarks.dask --workload rpc,tasks,chain,transfer --pair tcp,tls
     **{f"dask.{wl}": dask_ratio("dask.json", wl) for wl in ("rpc", "tasks", "chain", "transfer")},
-    **{f"dask.tls-{wl}": dask_ratio("dask.json", wl, "readinto-tls") for wl in ("rpc", "tasks", "chain", "transfer")},
+    **{f"dask.tls-{wl}": dask_ratio("dask.json", wl, "readinto-tls") for wl in ("rpc", "transfer")},
     # dask, a worker whose task threads run Python
     "busy.rpc": dask_ratio("dask-busy.json", "busy-worker-rpc"),
     "busy.fetch": dask_ratio("dask-busy.json", "busy-worker-fetch"),
@@ -446,7 +446,7 @@ def with_source(table: str, res: Results, *files: str) -> str:
 
 DASK_WORKLOADS = {
     "rpc": "client-scheduler RPC", "tasks": "20,000 trivial tasks", "chain": "dependent chain, 1,000 tasks",
-    "transfer": "8 x 64 MiB, worker to worker", "transfer-cold": "8 x 64 MiB, worker to worker, cold",
+    "transfer": "8 x 64 MiB, worker to worker", "transfer-cold": "16 x 64 MiB, worker to worker, fresh cluster",
 }
 
 
@@ -467,16 +467,24 @@ def dask_table(res: Results) -> str:
                                      "``readinto://`` / ``-tls://``", "x (spread)"), rows), res, file)
 
 
+BUSY_SHAPES = ("arith", "builtins", "dictlist", "numpy")
+
+
 def dask_busy_table(res: Results) -> str:
+    """RPCs to an idle worker, then per task shape the RPCs to the busy
+    worker and a 64 MiB fetch from it (the headline's busy row: ``arith``)."""
     file = "dask-busy.json"
     data = res.json(file)
-    labels = {"rpc": "RPCs/s to an idle worker", "busy-worker-rpc": "RPCs/s to the busy worker",
-              "busy-worker-fetch": "a 64 MiB fetch from the busy worker, s"}
     rows = []
-    for wl, key in (("rpc", "busy.idle-rpc"), ("busy-worker-rpc", "busy.rpc"), ("busy-worker-fetch", "busy.fetch")):
+    cases = [("rpc", "RPCs/s to an idle worker", "busy.idle-rpc")]
+    for shape in BUSY_SHAPES:
+        cases += [(f"busy-worker-rpc[{shape}]", f"RPCs/s to the busy worker, {shape}", None),
+                  (f"busy-worker-fetch[{shape}]", f"a 64 MiB fetch from it, {shape}, s", None)]
+    for wl, label, key in cases:
         m, b = dask_entries(data, wl, "readinto")
-        rows.append((labels[wl], measured(b, "value", file, "").with_spread,
-                     measured(m, "value", file, "").with_spread, figure(res, key).with_spread))
+        x = figure(res, key) if key else dask_ratio(file, wl)(res)
+        rows.append((label, measured(b, "value", file, "").with_spread,
+                     measured(m, "value", file, "").with_spread, x.with_spread))
     return with_source(simple_table(("workload", "``tcp://``", "``readinto://``", "x (spread)"), rows), res, file)
 
 
