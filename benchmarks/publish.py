@@ -182,7 +182,9 @@ def measured(entry: dict[str, Any], metric: str, source: str, unit: str) -> Figu
 
 # ---------------------------------------------------------------- the figures
 
-# dask.json, dask-busy.json: one entry per (workload, protocol), "value" per repeat.
+# The evidence set: every file publish renders from, each made by one command
+# of the current tree (its ``meta.command``).  dask.json, dask-busy.json,
+# dask-switch.json: one entry per (pair, workload, protocol), "value" per repeat.
 
 
 #: The task shape of busy-worker rows named without one: a result file
@@ -190,35 +192,29 @@ def measured(entry: dict[str, Any], metric: str, source: str, unit: str) -> Figu
 BUSY_SHAPE = "arith"
 
 
+def dask_entries(data: Any, workload: str, protocol: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The row of ``protocol`` and the row of its baseline, in the same pair."""
+    name = workload
+    if name.startswith("busy-worker-") and not any(e.get("workload") == name for e in data["results"]):
+        name = f"{name}[{BUSY_SHAPE}]"  # the workload names each row after its task shape
+    mine = pick(data, workload=name, protocol=protocol)
+    more = {"pair": mine["pair"]} if "pair" in mine else {}
+    return mine, pick(data, workload=name, protocol=mine["baseline"], **more)
+
+
 def dask_ratio(file: str, workload: str, protocol: str = "readinto") -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        data = res.json(file)
-        name = workload
-        if name.startswith("busy-worker-") and not any(e.get("workload") == name for e in data["results"]):
-            name = f"{name}[{BUSY_SHAPE}]"  # a file from the workload with task shapes
-        mine = pick(data, workload=name, protocol=protocol)
-        base = pick(data, workload=name, protocol=mine["baseline"])
+        mine, base = dask_entries(res.json(file), workload, protocol)
         return ratio(mine, base, "value", file, lower_is_better=not mine["higher_is_better"],
                      value=mine["x_baseline"])
     return get
 
 
-def dask_value(file: str, workload: str, protocol: str) -> Callable[[Results], Figure]:
-    def get(res: Results) -> Figure:
-        e = pick(res.json(file), workload=workload, protocol=protocol)
-        unit = {"RPC/s": "RPC/s", "tasks/s": "tasks/s", "GB/s": "GB/s"}.get(e["metric"], "s")
-        return measured(e, "value", file, unit)
-    return get
-
-
-# http.json, http-uvloop.json: a round per repeat of each {impl, case} (files
-# written before the harness: a flat list of {impl, case, requests, seconds, round}).
+# http.json: a round per repeat of each {impl, case}.
 
 
 def http_rows(data: Any) -> list[dict[str, Any]]:
     """Every round of an HTTP result file as ``{impl, case, requests, seconds, round, ...}``."""
-    if isinstance(data, list):
-        return data
     return [{"impl": e["impl"], "case": e["case"], **r} for e in data["results"] for r in e["repeats"]]
 
 
@@ -253,240 +249,103 @@ def load_ratio(file: str, server: str, loop: str, base: str, *, metric: str = "l
     return get
 
 
-def load_ratio_across(file: str, before: str, server: str, loop: str, *, metric: str = "msgs_per_s",
-                      **more: Any) -> Callable[[Results], Figure]:
-    """``server`` in ``file`` against the same server in ``before`` (two
-    consecutive runs of one command on two trees): msgs/s (above 1: faster),
-    or loop CPU per message with ``metric="loop_cpu_us_per_msg"``."""
+def load_value(file: str, server: str, loop: str, metric: str, unit: str, **more: Any) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        a = values(load_entry(res, file, server, loop, **more), metric)
-        b = values(load_entry(res, before, server, loop, **more), metric)
-        return Figure(statistics.median(a) / statistics.median(b), (min(a) / max(b), max(a) / min(b)), file)
+        return measured(load_entry(res, file, server, loop, **more), metric, file, unit)
     return get
 
 
-# instructions-*.json: {"results": [{"server", "loop", "per_msg", "runs"}]}.
+# echo-*.json: one entry per (impl, msize_text, nframes, mode, clients, path).
 
 
-def instructions(res: Results, file: str, server: str, loop: str) -> float:
-    return float(pick(res.json(file), server=server, loop=loop)["per_msg"])
+def echo_entry(res: Results, file: str, impl: str, msize: str, path: str = "loopback") -> dict[str, Any]:
+    return pick(res.json(file), impl=impl, msize_text=msize, mode="pingpong", nframes=1, clients=1, path=path)
 
 
-def instr_ratio(file: str, server: str, loop: str, base: str, *, before: str | None = None
-                ) -> Callable[[Results], Figure]:
-    """Instructions per message against ``base`` in the same file, or
-    against ``server`` in the file ``before`` (a count: no spread)."""
+def echo_ratio(file: str, impl: str, base: str, msize: str, path: str = "loopback") -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        theirs = instructions(res, before, server, loop) if before else instructions(res, file, base, loop)
-        return Figure(instructions(res, file, server, loop) / theirs, None, file)
-    return get
-
-
-def load_us(file: str, server: str, loop: str, **more: Any) -> Callable[[Results], Figure]:
-    def get(res: Results) -> Figure:
-        return measured(load_entry(res, file, server, loop, **more), "loop_cpu_us_per_msg", file, "us")
-    return get
-
-
-# echo-*.json, bench-full.json: one entry per (impl, msize_text, nframes, mode, clients).
-
-
-def echo_ratio(file: str, impl: str, base: str, msize: str, mode: str = "pingpong",
-               nframes: int = 1) -> Callable[[Results], Figure]:
-    def get(res: Results) -> Figure:
-        data = res.json(file)
-        mine = pick(data, impl=impl, msize_text=msize, mode=mode, nframes=nframes, clients=1)
-        theirs = pick(data, impl=base, msize_text=msize, mode=mode, nframes=nframes, clients=1)
+        mine, theirs = (echo_entry(res, file, i, msize, path) for i in (impl, base))
         return ratio(mine, theirs, "msgs_per_s", file)
     return get
 
 
-def echo_cpu_ratio(file: str, impl: str, base: str, msize: str) -> Callable[[Results], Figure]:
-    """The server's CPU seconds per message (all its rounds pooled) over the
-    base's, from one run of benchmarks.echo (no spread: one figure per round
-    is not kept)."""
+def echo_value(file: str, impl: str, msize: str, path: str, metric: str, unit: str) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        def per_message(name: str) -> float:
-            runs = [r for r in res.json(file)["results"]
-                    if r["impl"] == name and r["msize_text"] == msize and r["mode"] == "pingpong"]
-            if not runs:
-                raise LookupError(f"{file}: no {name} at {msize}")
-            return sum(r["server_cpu_s"] for r in runs) / sum(r["messages_sent"] for r in runs)
-        return Figure(per_message(impl) / per_message(base), None, file)
+        return measured(echo_entry(res, file, impl, msize, path), metric, file, unit)
     return get
 
 
-# opcodes-*.json: {"results": [{"impl", "loop", "opcodes_per_msg", ...}]}.
-
-OPCODES = "opcodes-bounds.json"
+# idle-10k.json: one entry per kind, "per_connection" (bytes) per repeat.
 
 
-def opcodes(server: str, loop: str) -> Callable[[Results], Figure]:
+def idle_kib(file: str, kind: str) -> Callable[[Results], Figure]:
     def get(res: Results) -> Figure:
-        return Figure(float(pick(res.json(OPCODES), impl=server, loop=loop)["opcodes_per_msg"]), None, OPCODES,
-                      "count")
+        v = [x / 1024 for x in values(pick(res.json(file), kind=kind), "per_connection")]
+        return Figure(statistics.median(v), None, file, "KiB")
     return get
 
 
-LOAD = "load-hotpath2.json"
-BOUNDS = "load-bounds.json"
+LOAD = "load-hotpath.json"
+TLS = "load-tls.json"
+TENK = "load-10k.json"
+IDLE = "idle-10k.json"
+NETPATH = "echo-netpath.json"
+SWITCH = "dask-switch.json"
+LOOPS = ("asyncio", "uvloop")
 
 #: Every named figure: name -> how to get it from the result files.
 FIGURES: dict[str, Callable[[Results], Figure]] = {
-    # dask, python -m benchmarks.dask --rpc 5000
-    "dask.rpc": dask_ratio("dask.json", "rpc"),
-    "dask.tasks": dask_ratio("dask.json", "tasks"),
-    "dask.chain": dask_ratio("dask.json", "chain"),
-    "dask.transfer": dask_ratio("dask.json", "transfer"),
-    "dask.full": dask_ratio("dask.json", "full"),
-    "dask.rechunk": dask_ratio("dask.json", "rechunk"),
-    "dask.shuffle": dask_ratio("dask.json", "shuffle"),
-    "dask.tls-rpc": dask_ratio("dask.json", "rpc", "readinto-tls"),
-    "dask.tls-transfer": dask_ratio("dask.json", "transfer", "readinto-tls"),
+    # dask: python -m benchmarks.dask --workload rpc,tasks,chain,transfer --pair tcp,tls
+    **{f"dask.{wl}": dask_ratio("dask.json", wl) for wl in ("rpc", "tasks", "chain", "transfer")},
+    **{f"dask.tls-{wl}": dask_ratio("dask.json", wl, "readinto-tls") for wl in ("rpc", "transfer")},
     # dask, a worker whose task threads run Python
     "busy.rpc": dask_ratio("dask-busy.json", "busy-worker-rpc"),
     "busy.fetch": dask_ratio("dask-busy.json", "busy-worker-fetch"),
     "busy.idle-rpc": dask_ratio("dask-busy.json", "rpc"),
-    # HTTP, python -m benchmarks.http --rounds 5 [--loop uvloop]
-    **{f"http.{case}.{loop}": http_ratio(file, case)
-       for loop, file in (("asyncio", "http.json"), ("uvloop", "http-uvloop.json"))
-       for case in ("hello", "post", "put", "download")},
-    # streams under load, 64 connections, 1 KiB
+    # tcp:// switched in place (the switch) against stock tcp://, both sides switched.  (The mixed
+    # pairs, switch-sink and switch-source, are not published from this file: it was made while
+    # their baseline was a LocalCluster beside their SpecCluster, two cluster shapes.)
+    **{f"switch.{pair}.{wl}": dask_ratio(SWITCH, wl, protocol)
+       for pair, protocol in (("tcp", "tcp+switch"), ("tls", "tls+switch"))
+       for wl in ("rpc", "transfer", "transfer-cold")},
+    # HTTP, python -m benchmarks.http --rounds 5
+    **{f"http.{case}": http_ratio("http.json", case) for case in ("hello", "post", "put", "download")},
+    # streams under load, 64 connections, 1 KiB: loop CPU per message, and msgs/s with a GIL-holding thread
     **{f"load.{server}.{loop}.x-stock": load_ratio(LOAD, server, loop, "stock", gil_thread=False)
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"gil.{server}.{loop}.x-stock": load_ratio(LOAD, server, loop, "stock", metric="msgs_per_s",
-                                                  gil_thread=True)
-       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in ("asyncio", "uvloop")},
-    **{f"tls.{server}.{loop}.x-stock": load_ratio("load-hotpath2-tls.json", server, loop, "stock")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"bounds.{server}.{loop}.x-streams": load_ratio(BOUNDS, server, loop, "asyncio-streams")
-       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-protocol")
-       for loop in ("asyncio", "uvloop")},
-    **{f"bounds.{server}.{loop}.us": load_us(BOUNDS, server, loop)
-       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
-                      "asyncio-protocol")
-       for loop in ("asyncio", "uvloop")},
-    **{f"spike.{server}.{loop}.x-streams": load_ratio("load-spike.json", server, loop, "asyncio-streams")
-       for server in ("spike-compiled", "readinto") for loop in ("asyncio", "uvloop")},
-    # the two builds side by side in one run: pinned, and with a GIL-holding thread
-    **{f"builds.{server}.{loop}.x-pure": load_ratio("load-builds-pinned.json", server, loop, f"{server}-pure")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"builds.{server}.{loop}.x-streams": load_ratio("load-builds-pinned.json", server, loop, "asyncio-streams")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    # the core with the face's state (FaceCore), pinned, both loops, anchors in the same run
-    **{f"facecore.{server}.{loop}.x-{base}": load_ratio("load-facecore-pinned.json", server, loop, base)
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")
-       for base in ("asyncio-streams", "asyncio-protocol")},
-    **{f"facecore.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned.json", "readinto", loop, "readinto-pure")
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore2.{server}.{loop}.x-{base}": load_ratio("load-facecore-pinned-2.json", server, loop, base)
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")
-       for base in ("asyncio-streams", "asyncio-protocol")},
-    **{f"framedrun.{server}.{loop}.x-{base}": load_ratio("load-framed-pinned.json", server, loop, base)
-       for server in ("readinto", "framed-pool", "asyncio-protocol") for loop in ("asyncio", "uvloop")
-       for base in ("asyncio-streams", "asyncio-protocol") if server != base},
-    # one CPU (pinned) with a GIL-holding thread, uvloop: after a stall, reads keep the plain Future
-    # (this tree) against the eager one (before); two invocations per tree, alternating, repeats pooled
-    **{f"onecpu-gil.{server}.{metric_key}-x-streams{suffix}": load_ratio(file, server, "uvloop", "asyncio-streams",
-                                                                         metric=metric, gil_thread=True)
-       for server in ("readinto", "framed-pool")
-       for suffix, file in (("", "load-gil-pinned-uvloop.json"), ("-before", "load-gil-pinned-uvloop-before.json"))
-       for metric_key, metric in (("cpu", "loop_cpu_us_per_msg"), ("msgs", "msgs_per_s"), ("p99", "p99_s"))},
-    **{f"facecore2.readinto.{loop}.x-pure": load_ratio("load-facecore-pinned-2.json", "readinto", loop,
-                                                       "readinto-pure")
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore-gil.readinto.{loop}.msgs-x-before": load_ratio_across("load-facecore-gil.json",
-                                                                         "load-facecore-gil-before.json",
-                                                                         "readinto", loop, gil_thread=True)
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore-gil.readinto.{loop}.p99-x-before": load_ratio_across("load-facecore-gil.json",
-                                                                        "load-facecore-gil-before.json",
-                                                                        "readinto", loop, metric="p99_s",
-                                                                        gil_thread=True)
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore-pure.{loop}.x-before": load_ratio_across("load-facecore-pure.json", "load-facecore-pure-before.json",
-                                                            "readinto-pure", loop, metric="loop_cpu_us_per_msg")
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore-pure.{loop}.x-streams": load_ratio("load-facecore-pure.json", "readinto-pure", loop,
-                                                     "asyncio-streams")
-       for loop in ("asyncio", "uvloop")},
-    **{f"facecore-pure-before.{loop}.x-streams": load_ratio("load-facecore-pure-before.json", "readinto-pure", loop,
-                                                            "asyncio-streams")
-       for loop in ("asyncio", "uvloop")},
-    # the floor: an add_reader callback echoing with recv_into + send (bound-raw), beside the anchors and ours
-    **{f"floor.{server}.{loop}.x-streams": instr_ratio("instructions-floor.json", server, loop, "asyncio-streams")
-       for server in ("bound-raw", "asyncio-protocol", "readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-streams": instr_ratio("instructions-framed.json", server, loop, "asyncio-streams")
-       for server in ("readinto", "readinto-pure", "framed-pool", "asyncio-protocol")
-       for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-protocol": instr_ratio("instructions-framed.json", server, loop,
-                                                         "asyncio-protocol")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr.{server}.{loop}.x-before": instr_ratio("instructions-framed.json", server, loop, "",
-                                                       before="instructions-framed-before.json")
-       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr-typed.{server}.{loop}.x-before": instr_ratio("instructions-typed.json", server, loop, "",
-                                                             before="instructions-typed-before.json")
-       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr-facecore.{server}.{loop}.x-streams": instr_ratio("instructions-facecore.json", server, loop,
-                                                                 "asyncio-streams")
-       for server in ("readinto", "spike-compiled") for loop in ("asyncio", "uvloop")},
-    **{f"instr-facecore.{server}.{loop}.x-before": instr_ratio("instructions-facecore.json", server, loop, "",
-                                                                before="instructions-before.json")
-       for server in ("readinto", "readinto-pure", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"instr-before.{server}.{loop}.x-streams": instr_ratio("instructions-before.json", server, loop,
-                                                               "asyncio-streams")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"builds-gil.{server}.{loop}.msgs-x-pure": load_ratio("load-builds-gil.json", server, loop, f"{server}-pure",
-                                                              metric="msgs_per_s")
-       for server in ("readinto", "framed-pool") for loop in ("asyncio", "uvloop")},
-    **{f"builds-tls.readinto.{loop}.msgs-x-stock": load_ratio("load-builds-tls.json", "readinto", loop, "stock",
-                                                               metric="msgs_per_s")
-       for loop in ("asyncio", "uvloop")},
-    **{f"tls-record.readinto.{loop}.msgs-x-stock": load_ratio("load-tls-record.json", "readinto", loop, "stock",
-                                                                metric="msgs_per_s")
-       for loop in ("asyncio", "uvloop")},
-    **{f"tls-record-before.readinto.{loop}.msgs-x-stock": load_ratio("load-tls-record-before.json", "readinto",
-                                                                       loop, "stock", metric="msgs_per_s")
-       for loop in ("asyncio", "uvloop")},
-    **{f"{name}.dask.{key}": dask_ratio(f"dask-rpc-{name}.json", "rpc", protocol)
-       for name in ("record", "record-2", "record-before")
-       for key, protocol in (("rpc", "readinto"), ("tls-rpc", "readinto-tls"))},
-    **{f"rcvlowat{suffix}.dask.transfer": dask_ratio(f"dask-transfer-rcvlowat{suffix}.json", "transfer")
-       for suffix in ("", "-2", "-before", "-before-2")},
-    "framed.dask.rpc": dask_ratio("dask-rpc-framed.json", "rpc"),
-    "framed.dask.tls-rpc": dask_ratio("dask-rpc-framed.json", "rpc", "readinto-tls"),
-    "rerun.dask.rpc": dask_ratio("dask-rpc-rerun.json", "rpc"),
-    "rerun.dask.tls-rpc": dask_ratio("dask-rpc-rerun.json", "rpc", "readinto-tls"),
-    "builds.dask.rpc": dask_ratio("dask-rpc-facecore.json", "rpc"),
-    "builds.dask.tls-rpc": dask_ratio("dask-rpc-facecore.json", "rpc", "readinto-tls"),
-    **{f"opcodes.{server}.{loop}": opcodes(server, loop)
-       for server in ("readinto", "framed-pool", "bound-floor", "bound-tornado", "asyncio-streams",
-                      "asyncio-protocol")
-       for loop in ("asyncio", "uvloop")},
-    # one connection
+       for server in ("readinto", "framed-pool") for loop in LOOPS},
+    **{f"load.{server}.{loop}.x-streams": load_ratio(LOAD, server, loop, "asyncio-streams", gil_thread=False)
+       for server in ("stock", "readinto", "framed-pool", "asyncio-protocol") for loop in LOOPS},
+    **{f"load.{server}.{loop}.us": load_value(LOAD, server, loop, "loop_cpu_us_per_msg", "us", gil_thread=False)
+       for server in ("stock", "readinto", "framed-pool", "asyncio-streams", "asyncio-protocol") for loop in LOOPS},
+    **{f"gil.{server}.{loop}.x-stock": load_ratio(LOAD, server, loop, "stock", metric="msgs_per_s", gil_thread=True)
+       for server in ("readinto", "framed-pool", "asyncio-streams", "asyncio-protocol") for loop in LOOPS},
+    # the same over TLS
+    **{f"tls.{server}.{loop}.x-stock": load_ratio(TLS, server, loop, "stock")
+       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in LOOPS},
+    **{f"tls.{server}.{loop}.msgs-x-stock": load_ratio(TLS, server, loop, "stock", metric="msgs_per_s")
+       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in LOOPS},
+    # 10,000 connections
+    **{f"10k.{server}.{loop}.msgs": load_value(TENK, server, loop, "msgs_per_s", "")
+       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in LOOPS},
+    **{f"10k.{server}.{loop}.x-streams": load_ratio(TENK, server, loop, "asyncio-streams", metric="msgs_per_s")
+       for server in ("readinto", "framed-pool") for loop in LOOPS},
+    **{f"idle.{kind}": idle_kib(IDLE, kind) for kind in ("stock", "asyncio", "readinto", "framed")},
+    # one connection, 1 KiB ping-pong, two CPUs and one (taskset)
     **{f"echo.{cpus}.{impl}": echo_ratio(f"echo-{cpus}.json", impl, "stock-read_bytes", "1KiB")
-       for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-nospin", "threads")},
-    **{f"echo.{cpus}.readinto.x-nospin": echo_ratio(f"echo-{cpus}.json", "readinto", "readinto-nospin", "1KiB")
-       for cpus in ("onecpu", "cpuquota")},
-    "echo.cpuquota.readinto": echo_ratio("echo-cpuquota.json", "readinto", "stock-read_bytes", "1KiB"),
-    **{f"echo.100mib.{impl}.x-threads": echo_ratio("echo-hugepage-100mib.json", impl, "threads", "100MiB")
-       for impl in ("readinto", "readinto-uninit", "framed-pool", "threads-uninit")},
-    **{f"rcvlowat{suffix}.{impl}.{size.lower()}.x-threads": echo_ratio(f"echo-rcvlowat{suffix}.json", impl,
-                                                                         "threads", size)
-       for suffix in ("", "-before") for size in ("8MiB", "100MiB")
-       for impl in ("readinto", "framed-pool", "uvloop-readinto", "uvloop-framed-pool")},
-    **{f"rcvlowat{suffix}.{impl}.{size.lower()}.cpu-x-threads": echo_cpu_ratio(f"echo-rcvlowat{suffix}.json",
-                                                                               impl, "threads", size)
-       for suffix in ("", "-before") for size in ("8MiB", "100MiB")
-       for impl in ("readinto", "framed-pool", "uvloop-readinto", "uvloop-framed-pool")},
-    **{f"echo.uvloop-reset{suffix}.100mib.x-threads": echo_ratio(f"echo-uvloop-reset{suffix}.json",
-                                                                  "uvloop-readinto", "threads", "100MiB")
-       for suffix in ("", "-before")},
-    "full.pipelined.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "1KiB",
-                                          "pipelined"),
-    "full.100mib.readinto": echo_ratio("bench-full.json", "readinto", "stock-read_bytes", "100MiB"),
+       for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-spin", "threads")},
+    **{f"echo.{cpus}.spin-x-readinto": echo_ratio(f"echo-{cpus}.json", "readinto-spin", "readinto", "1KiB")
+       for cpus in ("twocpu", "onecpu")},
 }
+
+#: The network paths and implementations of echo-netpath.json.
+NETPATHS = ("loopback", "mtu1500", "mtu9000", "mtu9000@1gbit")
+NETPATH_IMPLS = ("readinto", "framed-pool", "stock-read_bytes", "asyncio-streams", "uvloop-streams", "threads")
+NETPATH_SIZES = ("1KiB", "1MiB", "100MiB")
+FIGURES.update({
+    f"netpath.{path}.{size}.{impl}.{key}": echo_value(NETPATH, impl, size, path, metric, unit)
+    for path in NETPATHS for size in NETPATH_SIZES for impl in NETPATH_IMPLS
+    for key, metric, unit in (("mib", "mib_per_s", "MiB/s"), ("cpu", "server_cpu_s_per_gib", "s/GiB"))
+})
 
 
 def figure(res: Results, name: str) -> Figure:
@@ -518,7 +377,7 @@ def outputs_in(words: Sequence[str], file: str, directory: str) -> list[str]:
 
 #: How a result file's run differed from its command alone (a command
 #: recorded by the harness names ``taskset`` and ``TORNADO_READINTO_*``).
-COMMAND_NOTES = {"echo-rcvlowat-before.json": "on the tree before the mark, run just before"}
+COMMAND_NOTES: dict[str, str] = {}
 
 
 def source_line(*pairs: tuple[str, str]) -> str:
@@ -550,8 +409,8 @@ HEADLINE: list[tuple[str, str, str]] = [
     ("dask", "RPCs/s to a worker whose task threads run Python", "busy.rpc"),
     ("dask", "20,000 trivial tasks, tasks/s", "dask.tasks"),
     ("dask", "a chain of 1,000 dependent tasks", "dask.chain"),
-    ("Tornado", "HTTP hello-world GET, requests/s", "http.hello.asyncio"),
-    ("Tornado", "HTTP 256 MiB POST, requests/s", "http.post.asyncio"),
+    ("Tornado", "HTTP hello-world GET, requests/s", "http.hello"),
+    ("Tornado", "HTTP 256 MiB POST, requests/s", "http.post"),
     ("Tornado", "1 KiB echo, one connection, messages/s", "echo.twocpu.readinto"),
     ("Tornado", "1 KiB echo, 64 connections, messages/s", "load.readinto.asyncio.x-stock"),
 ]
@@ -579,203 +438,167 @@ def headline_table(res: Results) -> str:
                          "result file"), rows)
 
 
+def with_source(table: str, res: Results, *files: str) -> str:
+    """A generated include: ``table`` and the line naming its files and commands."""
+    return table + "\n" + source_line(*((f, command(res, f)) for f in files)) + "\n"
+
+
+DASK_WORKLOADS = {
+    "rpc": "client-scheduler RPC", "tasks": "20,000 trivial tasks", "chain": "dependent chain, 1,000 tasks",
+    "transfer": "8 x 64 MiB, worker to worker", "transfer-cold": "16 x 64 MiB, worker to worker, fresh cluster",
+}
+
+
 def dask_table(res: Results) -> str:
     file = "dask.json"
     data = res.json(file)
-    names = {
-        "rpc": "client-scheduler RPC (5,000)", "tasks": "20,000 trivial tasks",
-        "chain": "dependent chain, 1,000 tasks", "transfer": "8 x 64 MiB, worker to worker",
-        "full": "``(x + x.T).sum()``, 1 GiB, 64 MiB chunks", "rechunk": "P2P rechunk, 256 MiB",
-        "shuffle": "P2P shuffle, 2,000,000 rows",
-    }
     rows = []
     for e in data["results"]:
         if e["protocol"] == e["baseline"]:
             continue
-        base = pick(data, workload=e["workload"], protocol=e["baseline"])
-        name = names[e["workload"]] + (" (TLS)" if e["protocol"].endswith("tls") else "")
-        b = measured(base, "value", file, "")
-        m = measured(e, "value", file, "")
-        x = FIGURES[f"dask.{e['workload']}" if e["protocol"] == "readinto" else f"dask.tls-{e['workload']}"](res)
-        rows.append((name, e["metric"], b.with_spread, m.with_spread, x.with_spread))
-    return (simple_table(("workload", "metric", "``tcp://`` / ``tls://``", "``readinto://`` / ``-tls://``",
-                          "x (spread)"), rows)
-            + "\n" + source_line((file, command(res, file))) + "\n")
+        base = dask_entries(data, e["workload"], e["protocol"])[1]
+        tls = e["protocol"].endswith("tls")
+        x = figure(res, f"dask.tls-{e['workload']}" if tls else f"dask.{e['workload']}")
+        rows.append((DASK_WORKLOADS[e["workload"]] + (" (TLS)" if tls else ""), e["metric"],
+                     measured(base, "value", file, "").with_spread, measured(e, "value", file, "").with_spread,
+                     x.with_spread))
+    return with_source(simple_table(("workload", "metric", "``tcp://`` / ``tls://``",
+                                     "``readinto://`` / ``-tls://``", "x (spread)"), rows), res, file)
+
+
+BUSY_SHAPES = ("arith", "builtins", "dictlist", "numpy")
 
 
 def dask_busy_table(res: Results) -> str:
+    """RPCs to an idle worker, then per task shape the RPCs to the busy
+    worker and a 64 MiB fetch from it (the headline's busy row: ``arith``)."""
     file = "dask-busy.json"
     data = res.json(file)
-    labels = {"rpc": "RPCs/s to an idle worker", "busy-worker-rpc": "RPCs/s to the busy worker",
-              "busy-worker-fetch": "a 64 MiB fetch from the busy worker, s"}
     rows = []
-    for wl, key in (("rpc", "busy.idle-rpc"), ("busy-worker-rpc", "busy.rpc"), ("busy-worker-fetch", "busy.fetch")):
-        b = pick(data, workload=wl, protocol="tcp")
-        m = pick(data, workload=wl, protocol="readinto")
-        rows.append((labels[wl], measured(b, "value", file, "").with_spread,
-                     measured(m, "value", file, "").with_spread, figure(res, key).with_spread))
-    return (simple_table(("workload", "``tcp://``", "``readinto://``", "x (spread)"), rows)
-            + "\n" + source_line((file, command(res, file))) + "\n")
+    cases = [("rpc", "RPCs/s to an idle worker", "busy.idle-rpc")]
+    for shape in BUSY_SHAPES:
+        cases += [(f"busy-worker-rpc[{shape}]", f"RPCs/s to the busy worker, {shape}", None),
+                  (f"busy-worker-fetch[{shape}]", f"a 64 MiB fetch from it, {shape}, s", None)]
+    for wl, label, key in cases:
+        m, b = dask_entries(data, wl, "readinto")
+        x = figure(res, key) if key else dask_ratio(file, wl)(res)
+        rows.append((label, measured(b, "value", file, "").with_spread,
+                     measured(m, "value", file, "").with_spread, x.with_spread))
+    return with_source(simple_table(("workload", "``tcp://``", "``readinto://``", "x (spread)"), rows), res, file)
 
 
-
-#: The switch-interval run of the busy-worker workload.
-SWITCH_FILE = "dask-switch-interval.json"
-
-
-def switch_interval_table(res: Results) -> str:
-    """Per task shape and switch interval: busy RPCs/s of both protocols,
-    readinto's against tcp's at the same interval and at 5 ms, the fetch,
-    and each protocol's busy-task throughput against its own at 5 ms."""
-    file = SWITCH_FILE
+def switch_table(res: Results) -> str:
+    """``tcp://`` and ``tls://`` switched in place (``dask-tcp-switch``) in
+    every process of a cluster, against stock."""
+    file = SWITCH
     data = res.json(file)
-
-    def entry(row: str, shape: str, label: str, protocol: str) -> dict[str, Any]:
-        return pick(data, workload=f"{row}[{shape}@{label}]", protocol=protocol)
-
-    def x(mine: dict[str, Any], base: dict[str, Any], lower_is_better: bool = False) -> str:
-        return ratio(mine, base, "value", file, lower_is_better=lower_is_better).with_spread
-
-    labels = [f"{s * 1e3:g}ms" if s >= 1e-3 else f"{s * 1e6:g}us" for s in data["meta"]["switch_intervals"]]
-    default = "5ms"
+    labels = {"tcp": "``tcp://``", "tls": "``tls://``"}
+    protocols = {"tcp": "tcp+switch", "tls": "tls+switch"}
     rows = []
-    for shape in data["meta"]["busy_shapes"]:
-        for label in labels:
-            tcp, mine = (entry("busy-worker-rpc", shape, label, p) for p in ("tcp", "readinto"))
-            tcp5 = entry("busy-worker-rpc", shape, default, "tcp")
-            fetch_tcp, fetch = (entry("busy-worker-fetch", shape, label, p) for p in ("tcp", "readinto"))
-            tasks = [
-                ratio(entry("busy-worker-task", shape, label, p), entry("busy-worker-task", shape, default, p),
-                      "value", file).text
-                for p in ("tcp", "readinto")
-            ]
-            rows.append((shape, label.replace("us", " µs").replace("ms", " ms"),
-                         measured(tcp, "value", file, "").with_spread, measured(mine, "value", file, "").with_spread,
-                         x(mine, tcp), x(mine, tcp5), x(fetch, fetch_tcp, lower_is_better=True),
-                         " / ".join(tasks)))
-    return (simple_table(("shape", "interval", "``tcp://`` RPC/s", "``readinto://`` RPC/s", "x tcp, same interval",
-                          "x tcp at 5 ms", "fetch x tcp", "tasks x 5 ms (tcp / readinto)"), rows)
-            + "\n" + source_line((file, command(res, file))) + "\n")
+    for key, label in labels.items():
+        for wl in ("rpc", "transfer", "transfer-cold"):
+            name = f"switch.{key}.{wl}"
+            if name not in FIGURES:
+                continue
+            m, b = dask_entries(data, wl, protocols[key])
+            rows.append((label, f"{DASK_WORKLOADS[wl]}, {m['metric']}", measured(b, "value", file, "").with_spread,
+                         measured(m, "value", file, "").with_spread, figure(res, name).with_spread))
+    return with_source(simple_table(("scheme", "workload", "stock", "switched", "x (spread)"), rows), res, file)
+
 
 def http_table(res: Results) -> str:
     labels = {"hello": "hello-world GET, 32 connections", "post": "256 MiB POST",
               "put": "streaming 256 MiB PUT", "download": "8 MiB GET response"}
-    rows = [(labels[c], figure(res, f"http.{c}.asyncio").with_spread, figure(res, f"http.{c}.uvloop").with_spread)
-            for c in labels]
-    return (simple_table(("requests/s against stock Tornado", "asyncio", "uvloop"), rows)
-            + "\n" + source_line(*((f, command(res, f)) for f in ("http.json", "http-uvloop.json"))) + "\n")
+    rows = [(labels[c], figure(res, f"http.{c}").with_spread) for c in labels]
+    return with_source(simple_table(("requests/s against stock Tornado", "x (spread)"), rows), res, "http.json")
 
 
 SERVER_NAMES = {
     "stock": "stock ``IOStream``", "readinto": "``ReadIntoIOStream``",
     "framed-pool": "``FramedStream`` + ``BufferPool``", "asyncio-streams": "asyncio Streams",
-    "asyncio-protocol": "``BufferedProtocol`` echo", "bound-floor": "``bound-floor`` (lower bound)",
-    "bound-tornado": "``bound-tornado`` (lower bound)",
+    "asyncio-protocol": "``BufferedProtocol`` echo",
 }
 
 
 def load_table(res: Results) -> str:
-    """Loop CPU per message and its ratio to asyncio Streams, with the lower bounds."""
+    """Loop CPU per message and its ratio to asyncio Streams, 64 connections."""
     rows = []
-    for server in ("readinto", "framed-pool", "bound-tornado", "bound-floor", "asyncio-streams", "asyncio-protocol"):
+    for server in ("readinto", "framed-pool", "stock", "asyncio-streams", "asyncio-protocol"):
         cells = [SERVER_NAMES[server]]
-        for loop in ("asyncio", "uvloop"):
-            us = figure(res, f"bounds.{server}.{loop}.us")
-            x = "1.00x" if server == "asyncio-streams" else figure(res, f"bounds.{server}.{loop}.x-streams").text
+        for loop in LOOPS:
+            us = figure(res, f"load.{server}.{loop}.us")
+            x = "1.00x" if server == "asyncio-streams" else figure(res, f"load.{server}.{loop}.x-streams").with_spread
             cells += [us.with_spread, x]
         rows.append(cells)
-    return (simple_table(("loop CPU per message", "asyncio (us)", "x Streams", "uvloop (us)", "x Streams"), rows)
-            + "\n" + source_line((BOUNDS, command(res, BOUNDS))) + "\n")
+    return with_source(simple_table(("loop CPU per message", "asyncio (us)", "x Streams", "uvloop (us)",
+                                     "x Streams"), rows), res, LOAD)
 
 
 def stock_table(res: Results) -> str:
     """Against stock Tornado: CPU per message, over TLS, and msgs/s with a GIL thread."""
     rows = []
-    for server in ("readinto", "framed-pool"):
-        rows.append((SERVER_NAMES[server],
-                     *(figure(res, f"load.{server}.{loop}.x-stock").with_spread for loop in ("asyncio", "uvloop")),
-                     *(figure(res, f"tls.{server}.{loop}.x-stock").with_spread for loop in ("asyncio", "uvloop")),
-                     *(figure(res, f"gil.{server}.{loop}.x-stock").text for loop in ("asyncio", "uvloop"))))
-    rows.append((SERVER_NAMES["asyncio-streams"], "", "", "", "",
-                 *(figure(res, f"gil.asyncio-streams.{loop}.x-stock").text for loop in ("asyncio", "uvloop"))))
-    tls = "load-hotpath2-tls.json"
-    return (simple_table(("x stock Tornado", "CPU, asyncio", "CPU, uvloop", "CPU, TLS, asyncio",
-                          "CPU, TLS, uvloop", "msgs/s, GIL thread, asyncio", "msgs/s, GIL thread, uvloop"), rows)
-            + "\n" + source_line((LOAD, command(res, LOAD)), (tls, command(res, tls))) + "\n")
-
-
-def opcodes_table(res: Results) -> str:
-    rows = [(SERVER_NAMES[s], *(figure(res, f"opcodes.{s}.{loop}").text for loop in ("asyncio", "uvloop")))
-            for s in ("readinto", "framed-pool", "bound-tornado", "bound-floor", "asyncio-streams", "asyncio-protocol")]
-    return (simple_table(("bytecodes per message", "asyncio", "uvloop"), rows)
-            + "\n" + source_line((OPCODES, command(res, OPCODES))) + "\n")
+    for server in ("readinto", "framed-pool", "asyncio-streams", "asyncio-protocol"):
+        cpu = [figure(res, f"load.{server}.{loop}.x-stock").with_spread if server in ("readinto", "framed-pool")
+               else "" for loop in LOOPS]
+        tls = [figure(res, f"tls.{server}.{loop}.x-stock").with_spread if server != "asyncio-protocol" else ""
+               for loop in LOOPS]
+        gil = [figure(res, f"gil.{server}.{loop}.x-stock").with_spread for loop in LOOPS]
+        rows.append((SERVER_NAMES[server], *cpu, *tls, *gil))
+    return with_source(simple_table(("x stock Tornado", "CPU, asyncio", "CPU, uvloop", "CPU, TLS, asyncio",
+                                     "CPU, TLS, uvloop", "msgs/s, GIL thread, asyncio",
+                                     "msgs/s, GIL thread, uvloop"), rows), res, LOAD, TLS)
 
 
 def echo_table(res: Results) -> str:
     rows = []
     for cpus, label in (("twocpu", "two CPUs"), ("onecpu", "one CPU (``taskset``)")):
         rows.append((f"1 KiB ping-pong, {label}",
-                     *(figure(res, f"echo.{cpus}.{impl}").with_spread
-                       for impl in ("readinto", "readinto-nospin", "threads"))))
-    return (simple_table(("msgs/s against stock ``read_bytes``", "``readinto``", "``busy_poll_s=0``",
-                          "blocking threads"), rows)
-            + "\n" + source_line(*((f"echo-{c}.json", command(res, f"echo-{c}.json"))
-                                   for c in ("twocpu", "onecpu"))) + "\n")
+                     *(figure(res, f"echo.{cpus}.{impl}").with_spread for impl in ("readinto", "readinto-spin",
+                                                                                    "threads"))))
+    return with_source(simple_table(("msgs/s against stock ``read_bytes``", "``readinto`` (default)",
+                                     "``readinto-spin`` (busy polling)", "blocking threads"), rows),
+                       res, "echo-twocpu.json", "echo-onecpu.json")
 
 
-def large_table(res: Results) -> str:
-    file = "echo-hugepage-100mib.json"
-    rows = [(label, figure(res, f"echo.100mib.{impl}.x-threads").with_spread) for impl, label in (
-        ("readinto", "``ReadIntoIOStream.read_into``, a reused ``bytearray``"),
-        ("readinto-uninit", "``ReadIntoIOStream.read_into``, huge-page ``numpy.empty``"),
-        ("framed-pool", "``FramedStream`` + ``BufferPool`` (huge pages)"),
-        ("threads-uninit", "blocking threads, huge-page ``numpy.empty``"),
-    )]
-    return (simple_table(("100 MiB ping-pong, msgs/s", "x blocking threads (``bytearray``)"), rows)
-            + "\n" + source_line((file, command(res, file))) + "\n")
+NETPATH_NAMES = {"readinto": "``ReadIntoIOStream``", "framed-pool": "``FramedStream`` + ``BufferPool``",
+                 "stock-read_bytes": "stock ``read_bytes``", "asyncio-streams": "asyncio Streams",
+                 "uvloop-streams": "uvloop Streams", "threads": "blocking threads"}
 
 
-def rcvlowat_table(res: Results) -> str:
-    """Large ping-pong before and with the receive low-water mark (two runs
-    of one command, back to back)."""
+def netpath_table(res: Results) -> str:
+    """Ping-pong throughput (MiB/s) and the server's CPU seconds per GiB
+    echoed, per network path: loopback, and a veth pair between two network
+    namespaces at MTU 1500, 9000, and 9000 limited to 1 Gbit/s."""
     rows = []
-    for impl, label in (("readinto", "readinto"), ("uvloop-readinto", "readinto, uvloop")):
-        for suffix, when in (("-before", ", before"), ("", "")):
-            rows.append((label + when,
-                         *(figure(res, f"rcvlowat{suffix}.{impl}.{size}.cpu-x-threads").text
-                           for size in ("8mib", "100mib")),
-                         *(figure(res, f"rcvlowat{suffix}.{impl}.{size}.x-threads").with_spread
-                           for size in ("8mib", "100mib"))))
-    files = ("echo-rcvlowat-before.json", "echo-rcvlowat.json")
-    return (simple_table(("x the threads echo", "server CPU, 8 MiB", "server CPU, 100 MiB", "msgs/s, 8 MiB",
-                          "msgs/s, 100 MiB"), rows)
-            + "\n" + source_line(*((f, command(res, f)) for f in files)) + "\n")
+    for size in NETPATH_SIZES:
+        for impl in NETPATH_IMPLS:
+            cells = [f"{size[:-3]} {size[-3:]}, {NETPATH_NAMES[impl]}"]
+            for path in NETPATHS:
+                mib = figure(res, f"netpath.{path}.{size}.{impl}.mib")
+                cpu = figure(res, f"netpath.{path}.{size}.{impl}.cpu")
+                cells.append(f"{mib.bare} / {cpu.bare}")
+            rows.append(cells)
+    return with_source(simple_table(("MiB/s / server CPU s per GiB", *NETPATHS), rows), res, NETPATH)
 
 
-def profile_table(res: Results) -> str:
-    """Where a dask RPC and a 64 MiB transfer spend their time (one run of
-    benchmarks.dask_profile, both protocols)."""
-    file = "dask-profile.json"
-    r = res.json(file)["results"]
-
-    def row(label: str, get: Callable[[dict[str, Any]], float], fmt: str) -> tuple[str, str, str]:
-        return (label, fmt.format(get(r["tcp"])), fmt.format(get(r["readinto"])))
-
-    sys_ = lambda name: (lambda p: p["rpc"]["syscalls"].get(name, 0.0))  # noqa: E731
-    recv = lambda p: p["transfer"]["sides"]["b (receives)"]  # noqa: E731
-    rows = [
-        row("one RPC: wall time, us", lambda p: p["rpc"]["wall_us"], "{:.0f}"),
-        row("one RPC: CPU time, us", lambda p: p["rpc"]["cpu_us"], "{:.0f}"),
-        row("one RPC: ``recvfrom`` calls", sys_("recvfrom"), "{:.1f}"),
-        row("one RPC: ``epoll_ctl`` calls", sys_("epoll_ctl"), "{:.1f}"),
-        row("64 MiB transfer: GB/s over the round", lambda p: p["transfer"]["round_gbps"], "{:.2f}"),
-        row("64 MiB transfer: receiver CPU, ms", lambda p: recv(p)["cpu_ms"], "{:.1f}"),
-        row("64 MiB transfer: receiver page faults", lambda p: recv(p)["minflt"], "{:.0f}"),
-        row("a hop of the dependent chain, ms", lambda p: p["chain"]["hop_ms"], "{:.2f}"),
-    ]
-    return (simple_table(("one run of each protocol", "``tcp://``", "``readinto://``"), rows) + "\n"
-            + source_line((file, command(res, file)))
-            + "\n")
+def tenk_table(res: Results) -> str:
+    """10,000 connections: messages per second against asyncio Streams, and
+    the server's memory per idle connection."""
+    rows = []
+    for server in ("readinto", "framed-pool", "asyncio-streams"):
+        cells = [SERVER_NAMES[server]]
+        for loop in LOOPS:
+            x = "1.00x" if server == "asyncio-streams" else figure(res, f"10k.{server}.{loop}.x-streams").with_spread
+            cells += [figure(res, f"10k.{server}.{loop}.msgs").with_spread, x]
+        rows.append(cells)
+    load = with_source(simple_table(("10,000 connections, 1 KiB", "msgs/s, asyncio", "x Streams", "msgs/s, uvloop",
+                                     "x Streams"), rows), res, TENK)
+    kinds = {"stock": "stock ``IOStream``", "asyncio": "asyncio Streams", "readinto": "``ReadIntoIOStream``",
+             "framed": "``FramedStream``"}
+    idle = with_source(simple_table(("10,000 idle connections", "KiB per connection"),
+                                    [(label, figure(res, f"idle.{kind}").bare) for kind, label in kinds.items()]),
+                       res, IDLE)
+    return load + "\n" + idle
 
 
 #: Every generated include: file name in docs/_generated -> renderer.
@@ -783,15 +606,13 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "headline.rst": lambda res: headline_table(res) + "\n" + headline_sources(res) + "\n",
     "dask.rst": dask_table,
     "dask-busy.rst": dask_busy_table,
-    "dask-switch-interval.rst": switch_interval_table,
+    "dask-switch.rst": switch_table,
     "http.rst": http_table,
     "load.rst": load_table,
     "stock.rst": stock_table,
-    "opcodes.rst": opcodes_table,
     "echo.rst": echo_table,
-    "large.rst": large_table,
-    "rcvlowat.rst": rcvlowat_table,
-    "dask-profile.rst": profile_table,
+    "netpath.rst": netpath_table,
+    "10k.rst": tenk_table,
 }
 
 
@@ -878,189 +699,32 @@ QUOTES: list[Quote] = [
     Quote("README.rst", "64 MiB worker-to-worker transfers run at {dask.transfer} the speed of tcp://"),
     Quote("README.rst", "client-scheduler RPCs at {dask.rpc}"),
     Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
-    Quote("README.rst", "hello-world GET at {http.hello.asyncio} the requests/s of stock Tornado"),
-    Quote("README.rst", "a 256 MiB POST at {http.post.asyncio}"),
-    Quote("README.rst", "the compiled streams execute {instr.readinto.asyncio.x-streams} (asyncio) and "
-                        "{instr.readinto.uvloop.x-streams} (uvloop) the machine instructions of asyncio's own "
-                        "Streams, and {instr.readinto.asyncio.x-protocol} and {instr.readinto.uvloop.x-protocol} "
-                        "those of a hand-written BufferedProtocol"),
+    Quote("README.rst", "hello-world GET at {http.hello} the requests/s of stock Tornado"),
+    Quote("README.rst", "a 256 MiB POST at {http.post}"),
+    Quote("README.rst", "the compiled ReadIntoIOStream's event loop spends {load.readinto.asyncio.x-streams} "
+                        "(asyncio) and {load.readinto.uvloop.x-streams} (uvloop) the CPU per message of asyncio's "
+                        "own Streams, and {load.readinto.asyncio.x-stock} and {load.readinto.uvloop.x-stock} "
+                        "stock Tornado's"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
     Quote("docs/guides/dask.rst", "trivial tasks at {dask.tasks}"),
+    Quote("docs/guides/dask.rst", "Switched in place, tcp:// moved them at {switch.tcp.transfer} stock tcp:// and "
+                                  "answered RPCs at {switch.tcp.rpc}"),
     # docs/guides/tornado.rst
-    Quote("docs/guides/tornado.rst", "a hello-world GET at {http.hello.asyncio} stock Tornado's requests/s "
-                                     "({http.hello.uvloop} on uvloop)"),
-    Quote("docs/guides/tornado.rst", "a 256 MiB POST at {http.post.asyncio}"),
+    Quote("docs/guides/tornado.rst", "a hello-world GET at {http.hello} stock Tornado's requests/s"),
+    Quote("docs/guides/tornado.rst", "a 256 MiB POST at {http.post}"),
     # docs/performance.rst
     Quote("docs/performance.rst", "{dask.transfer} for 64 MiB worker-to-worker transfers"),
-    Quote("docs/performance.rst", "the fetch {busy.fetch} and the RPCs {busy.rpc}"),
-    Quote("docs/performance.rst", "bound-tornado costs {bounds.bound-tornado.uvloop.x-streams} Streams' CPU on "
-                                  "uvloop"),
-    Quote("docs/performance.rst", "bound-floor costs {bounds.bound-floor.asyncio.x-streams} Streams' CPU on "
-                                  "asyncio's loop"),
-    Quote("docs/performance.rst", "costs {spike.spike-compiled.uvloop.x-streams} Streams' CPU per message on "
-                                  "uvloop and {spike.spike-compiled.asyncio.x-streams} on asyncio's loop, where "
-                                  "``ReadIntoIOStream`` costs {spike.readinto.uvloop.x-streams} and "
-                                  "{spike.readinto.asyncio.x-streams} in the same run"),
-    Quote("docs/performance.rst", "In a first run, compiled readinto's loop CPU per message was "
-                                  "{facecore.readinto.asyncio.x-asyncio-streams:spread} asyncio Streams' on asyncio's "
-                                  "loop and {facecore.readinto.uvloop.x-asyncio-streams:spread} on uvloop, and "
-                                  "{facecore.readinto.asyncio.x-asyncio-protocol:spread} and "
-                                  "{facecore.readinto.uvloop.x-asyncio-protocol:spread} the BufferedProtocol echo's"),
-    Quote("docs/performance.rst", "FramedStream's was {facecore.framed-pool.asyncio.x-asyncio-streams:spread} and "
-                                  "{facecore.framed-pool.uvloop.x-asyncio-streams:spread} Streams', "
-                                  "{facecore.framed-pool.asyncio.x-asyncio-protocol:spread} and "
-                                  "{facecore.framed-pool.uvloop.x-asyncio-protocol:spread} the protocol echo's"),
-    Quote("docs/performance.rst", "compiled readinto cost {facecore.readinto.asyncio.x-pure:spread} on asyncio's "
-                                  "loop and {facecore.readinto.uvloop.x-pure:spread} on uvloop"),
-    Quote("docs/performance.rst", "gave compiled readinto {facecore2.readinto.asyncio.x-asyncio-streams:spread} and "
-                                  "{facecore2.readinto.uvloop.x-asyncio-streams:spread} Streams' CPU, "
-                                  "{facecore2.readinto.asyncio.x-asyncio-protocol:spread} and "
-                                  "{facecore2.readinto.uvloop.x-asyncio-protocol:spread} the protocol echo's, and "
-                                  "{facecore2.readinto.asyncio.x-pure:spread} and "
-                                  "{facecore2.readinto.uvloop.x-pure:spread} the pure build's"),
-    Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-rerun.json) gave {rerun.dask.rpc:spread} and "
-                                  "{rerun.dask.tls-rpc:spread}"),
-    Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-record.json, dask-rpc-record-2.json) gave "
-                                  "{record.dask.rpc:spread} and {record-2.dask.rpc:spread} tcp://, "
-                                  "{record.dask.tls-rpc:spread} and {record-2.dask.tls-rpc:spread} tls://, and the "
-                                  "tree before, run between them (dask-rpc-record-before.json), "
-                                  "{record-before.dask.rpc:spread} and {record-before.dask.tls-rpc:spread}"),
-    Quote("docs/performance.rst", "readinto serves {tls-record.readinto.asyncio.msgs-x-stock:spread} stock "
-                                  "SSLIOStream's messages per second on asyncio's loop and "
-                                  "{tls-record.readinto.uvloop.msgs-x-stock:spread} on uvloop, where the tree before, "
-                                  "run just before (load-tls-record-before.json), served "
-                                  "{tls-record-before.readinto.asyncio.msgs-x-stock:spread} and "
-                                  "{tls-record-before.readinto.uvloop.msgs-x-stock:spread}"),
-    Quote("CHANGELOG.rst", "100 MiB ping-pong at {echo.uvloop-reset.100mib.x-threads} the blocking-thread echo, the "
-                           "tree before at {echo.uvloop-reset-before.100mib.x-threads}"),
-    Quote("CHANGELOG.rst", "readinto serves {tls-record.readinto.asyncio.msgs-x-stock:spread} stock SSLIOStream's "
-                           "messages per second on asyncio's loop and {tls-record.readinto.uvloop.msgs-x-stock:spread} "
-                           "on uvloop, where the tree before, run just before, served "
-                           "{tls-record-before.readinto.asyncio.msgs-x-stock:spread} and "
-                           "{tls-record-before.readinto.uvloop.msgs-x-stock:spread}"),
-    Quote("docs/performance.rst", "bound-raw executes {floor.bound-raw.asyncio.x-streams} asyncio Streams' count on "
-                                  "asyncio's loop and {floor.bound-raw.uvloop.x-streams} uvloop Streams' on uvloop, "
-                                  "the BufferedProtocol echo {floor.asyncio-protocol.asyncio.x-streams} and "
-                                  "{floor.asyncio-protocol.uvloop.x-streams}, readinto "
-                                  "{floor.readinto.asyncio.x-streams} and {floor.readinto.uvloop.x-streams}"),
-    Quote("docs/performance.rst", "An echo with no stream at all (bound-raw, under :ref:`lower-bounds`) executes "
-                                  "{floor.bound-raw.asyncio.x-streams} them"),
-    Quote("docs/performance.rst", "gave compiled readinto {framedrun.readinto.asyncio.x-asyncio-streams:spread} and "
-                                  "{framedrun.readinto.uvloop.x-asyncio-streams:spread} Streams' CPU, FramedStream "
-                                  "{framedrun.framed-pool.asyncio.x-asyncio-streams:spread} and "
-                                  "{framedrun.framed-pool.uvloop.x-asyncio-streams:spread}, and the protocol echo "
-                                  "{framedrun.asyncio-protocol.asyncio.x-asyncio-streams:spread} and "
-                                  "{framedrun.asyncio-protocol.uvloop.x-asyncio-streams:spread}"),
-    Quote("docs/performance.rst", "Compiled readinto executes {instr.readinto.asyncio.x-streams} the "
-                                  "instructions per message of asyncio Streams on asyncio's loop and "
-                                  "{instr.readinto.uvloop.x-streams} on uvloop; the pure build "
-                                  "{instr.readinto-pure.asyncio.x-streams} and "
-                                  "{instr.readinto-pure.uvloop.x-streams}; FramedStream "
-                                  "{instr.framed-pool.asyncio.x-streams} and {instr.framed-pool.uvloop.x-streams}; the "
-                                  "BufferedProtocol echo {instr.asyncio-protocol.asyncio.x-streams} and "
-                                  "{instr.asyncio-protocol.uvloop.x-streams}"),
-    Quote("docs/performance.rst", "FramedStream executes {instr.framed-pool.asyncio.x-before} and "
-                                  "{instr.framed-pool.uvloop.x-before} the instructions it did before, and "
-                                  "{instr.framed-pool.asyncio.x-protocol} and {instr.framed-pool.uvloop.x-protocol} "
-                                  "the protocol echo's; readinto {instr.readinto.asyncio.x-before} and "
-                                  "{instr.readinto.uvloop.x-before}, the pure build "
-                                  "{instr.readinto-pure.asyncio.x-before} and {instr.readinto-pure.uvloop.x-before}"),
-    Quote("docs/performance.rst", "compiled readinto executes {instr-typed.readinto.asyncio.x-before} and "
-                                  "{instr-typed.readinto.uvloop.x-before} the instructions it did then, the pure "
-                                  "build {instr-typed.readinto-pure.asyncio.x-before} and "
-                                  "{instr-typed.readinto-pure.uvloop.x-before}, FramedStream "
-                                  "{instr-typed.framed-pool.asyncio.x-before} and "
-                                  "{instr-typed.framed-pool.uvloop.x-before}"),
-    Quote("docs/performance.rst", "had brought compiled readinto to {instr-facecore.readinto.asyncio.x-before} and "
-                                  "{instr-facecore.readinto.uvloop.x-before} the instructions of the tree before it"),
-    Quote("docs/performance.rst", "executes {instr-facecore.spike-compiled.asyncio.x-streams} and "
-                                  "{instr-facecore.spike-compiled.uvloop.x-streams} Streams' instructions"),
-    Quote("docs/performance.rst", "its loop CPU per message was {facecore-pure.asyncio.x-before:spread} the "
-                                  "earlier run's on asyncio's loop and {facecore-pure.uvloop.x-before:spread} on "
-                                  "uvloop; "
-                                  "against Streams in each run, {facecore-pure.asyncio.x-streams} and "
-                                  "{facecore-pure.uvloop.x-streams} with it, {facecore-pure-before.asyncio.x-streams} "
-                                  "and {facecore-pure-before.uvloop.x-streams} before"),
-    Quote("docs/performance.rst", "compiled readinto cost {builds.readinto.uvloop.x-streams:spread} uvloop Streams' "
-                                  "CPU per message and {builds.readinto.asyncio.x-streams:spread} asyncio's, and "
-                                  "{builds.readinto.uvloop.x-pure:spread} and {builds.readinto.asyncio.x-pure:spread} "
-                                  "the pure build's"),
-    Quote("docs/performance.rst", "compiled readinto served {builds-gil.readinto.asyncio.msgs-x-pure:spread} the pure "
-                                  "build's messages per second on asyncio's loop and "
-                                  "{builds-gil.readinto.uvloop.msgs-x-pure:spread} on uvloop"),
-    Quote("docs/performance.rst", "compiled readinto served {facecore-gil.readinto.asyncio.msgs-x-before:spread} the "
-                                  "messages per second it served before on asyncio's loop and "
-                                  "{facecore-gil.readinto.uvloop.msgs-x-before:spread} on uvloop, with a p99 round "
-                                  "trip of {facecore-gil.readinto.asyncio.p99-x-before:spread} and "
-                                  "{facecore-gil.readinto.uvloop.p99-x-before:spread} the earlier run's"),
-    Quote("docs/performance.rst", "readinto served {builds-tls.readinto.asyncio.msgs-x-stock:spread} stock "
-                                  "SSLIOStream's messages per second on asyncio's loop and "
-                                  "{builds-tls.readinto.uvloop.msgs-x-stock:spread} on uvloop"),
-    Quote("docs/performance.rst", "RPCs at {builds.dask.rpc:spread} tcp:// and {builds.dask.tls-rpc:spread} tls://"),
-    Quote("docs/performance.rst", "(benchmarks/results/dask-rpc-framed.json) gave {framed.dask.rpc:spread} and "
-                                  "{framed.dask.tls-rpc:spread}"),
-    Quote("docs/performance.rst", "read_into at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
-    Quote("docs/performance.rst", "but at {rcvlowat.readinto.100mib.x-threads:spread} in the run of the "
-                                  "low-water-mark table"),
-    Quote("docs/performance.rst", "1 KiB pipelined at {full.pipelined.readinto} stock and 100 MiB ping-pong at "
-                                  "{full.100mib.readinto} stock read_bytes"),
     # CHANGELOG
-    Quote("CHANGELOG.rst", "readinto serves {onecpu-gil.readinto.msgs-x-streams} uvloop Streams' messages per "
-                           "second, FramedStream {onecpu-gil.framed-pool.msgs-x-streams}"),
-    Quote("docs/performance.rst", "readinto serves {onecpu-gil.readinto.msgs-x-streams:spread} uvloop Streams' "
-                                  "messages per second with a p99 round trip of "
-                                  "{onecpu-gil.readinto.p99-x-streams:spread} Streams', where the eager wake-up "
-                                  "served {onecpu-gil.readinto.msgs-x-streams-before:spread} with "
-                                  "{onecpu-gil.readinto.p99-x-streams-before:spread}; FramedStream "
-                                  "{onecpu-gil.framed-pool.msgs-x-streams:spread}, where it served "
-                                  "{onecpu-gil.framed-pool.msgs-x-streams-before:spread}"),
-    Quote("docs/performance.rst", "readinto, whose loop thread spends {onecpu-gil.readinto.cpu-x-streams:spread} "
-                                  "Streams' CPU per message"),
-    Quote("CHANGELOG.rst", "executes {instr.readinto.asyncio.x-protocol} (asyncio's loop) and "
-                           "{instr.readinto.uvloop.x-protocol} (uvloop) the machine instructions of a "
-                           "BufferedProtocol echo"),
-    Quote("CHANGELOG.rst", "A FramedStream message costs {instr.framed-pool.asyncio.x-before} (asyncio's loop) and "
-                           "{instr.framed-pool.uvloop.x-before} (uvloop) the machine instructions it cost before"),
-    Quote("CHANGELOG.rst", "a fifth fewer than asyncio Streams, and FramedStream "
-                           "{instr.framed-pool.asyncio.x-protocol} and {instr.framed-pool.uvloop.x-protocol}"),
-    Quote("docs/performance.rst", "executes a fifth fewer than Streams on both loops and "
-                                  "{instr.readinto.uvloop.x-protocol} the protocol echo's on uvloop"),
-    Quote("docs/performance.rst", "and FramedStream {instr.framed-pool.uvloop.x-streams} Streams' and "
-                                  "{instr.framed-pool.uvloop.x-protocol} the protocol echo's there"),
-    Quote("docs/performance.rst", "where even the protocol echo executes {instr.asyncio-protocol.asyncio.x-streams} "
-                                  "them"),
-    Quote("CHANGELOG.rst", "a message costs {instr-facecore.readinto.asyncio.x-before} (asyncio's loop) and "
-                           "{instr-facecore.readinto.uvloop.x-before} (uvloop) the machine instructions it cost "
-                           "before"),
-    Quote("CHANGELOG.rst", "A message costs {instr-typed.readinto.asyncio.x-before} (asyncio's loop) and "
-                           "{instr-typed.readinto.uvloop.x-before} (uvloop) the machine instructions it cost "
-                           "before these "
-                           "cuts"),
+    Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
+    Quote("CHANGELOG.rst", "a server costs {idle.readinto} of RSS per idle ReadIntoIOStream connection and "
+                           "{idle.framed} per FramedStream one at 10,000 connections, against {idle.stock} for "
+                           "stock IOStream and {idle.asyncio} for asyncio Streams"),
+    Quote("CHANGELOG.rst", "readinto serves {tls.readinto.asyncio.msgs-x-stock:spread} stock SSLIOStream's messages "
+                           "per second on asyncio's loop and {tls.readinto.uvloop.msgs-x-stock:spread} on uvloop"),
     Quote("CHANGELOG.rst", "{gil.readinto.asyncio.x-stock} (asyncio) and {gil.readinto.uvloop.x-stock} (uvloop) "
                            "stock Tornado's messages per second"),
-    Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
-    Quote("CHANGELOG.rst", "Tornado-dispatched stream with no contract at {bounds.bound-tornado.asyncio.x-streams} "
-                           "and {bounds.bound-tornado.uvloop.x-streams}"),
-    Quote("CHANGELOG.rst", "ping-pong runs at {echo.onecpu.readinto.x-nospin} ``readinto-nospin`` and "
-                           "{echo.onecpu.readinto} stock"),
-    Quote("CHANGELOG.rst", "under a one-CPU cgroup quota at {echo.cpuquota.readinto.x-nospin} and "
-                           "{echo.cpuquota.readinto}"),
-    Quote("CHANGELOG.rst", "100 MiB ping-pong runs at {echo.100mib.readinto.x-threads} the blocking-thread echo"),
-    Quote("CHANGELOG.rst", "8 MiB ping-pong {rcvlowat.readinto.8mib.cpu-x-threads} instead of "
-                           "{rcvlowat-before.readinto.8mib.cpu-x-threads}, 100 MiB "
-                           "{rcvlowat.readinto.100mib.cpu-x-threads} instead of "
-                           "{rcvlowat-before.readinto.100mib.cpu-x-threads}"),
-    Quote("CHANGELOG.rst", "four runs alternating the trees): {rcvlowat.dask.transfer:spread} and "
-                           "{rcvlowat-2.dask.transfer:spread} tcp://, the tree before "
-                           "{rcvlowat-before.dask.transfer:spread} and {rcvlowat-before-2.dask.transfer:spread}"),
-    Quote("docs/performance.rst", "ran at {rcvlowat.dask.transfer:spread} and {rcvlowat-2.dask.transfer:spread} "
-                                  "tcp://'s rate with the mark, and at {rcvlowat-before.dask.transfer:spread} and "
-                                  "{rcvlowat-before-2.dask.transfer:spread} without it"),
-    Quote("CHANGELOG.rst", "in one run and at {rcvlowat.readinto.100mib.x-threads} in another"),
-    Quote("CHANGELOG.rst", "{rcvlowat.readinto.100mib.cpu-x-threads} on asyncio's loop, "
-                           "{rcvlowat.uvloop-readinto.100mib.cpu-x-threads} on uvloop"),
 ]
 
 
@@ -1315,51 +979,11 @@ class Remake:
     needs: Callable[[], str | None] | None = None
 
 
-def _one_cpu_quota() -> str | None:
-    from tornado_readinto import _cpus
-
-    quotas = [q for q in (_cpus.cgroup_v2_cpus(), _cpus.cgroup_v1_cpus()) if q is not None]
-    if quotas and min(quotas) <= 1.0:
-        return None
-    return ("needs a cgroup CPU quota of one CPU, which no command line sets: run "
-            "python -m benchmarks.publish --remake echo-cpuquota.json in a shell inside one (cgroup v2: write "
-            "'100000 100000' to a new cgroup's cpu.max and the shell's pid to its cgroup.procs); "
-            "machine.cpu_quota records it")
-
-
 #: Result files whose recorded command does not re-make them today, or that
 #: record none: the command that does (checked by ``--remake --dry-run``),
-#: and why.
-REMAKE: dict[str, Remake] = {r.file: r for r in (
-    Remake("load-hotpath2.json",
-           "python -m benchmarks.load --server stock,readinto,readinto-3reads,framed-pool,asyncio-streams,"
-           "asyncio-protocol --gil-thread both --clients 64 --repeat 3 --rounds 2 --json load-hotpath2.json",
-           "the recorded command without readinto-transport, an engine benchmarks.load no longer has"),
-    Remake("http.json", "python -m benchmarks.http --rounds 5 --json http.json",
-           "the command the README names (the file records none)"),
-    Remake("http-uvloop.json", "python -m benchmarks.http --rounds 5 --loop uvloop --json http-uvloop.json",
-           "the command the docs name (the file records none)"),
-    Remake("dask-profile.json", "python -m benchmarks.dask_profile --json dask-profile.json",
-           "the command the docs name (the file records its settings, the defaults, not its command)"),
-    Remake("opcodes-bounds.json",
-           "python -m benchmarks.opcodes --impl bound-floor,bound-tornado,readinto,framed-pool,asyncio-streams,"
-           "asyncio-protocol --json opcodes-bounds.json",
-           "the command of opcodes-bounds.txt (a table, which records no run), with --json"),
-    Remake("echo-onecpu.json",
-           "taskset -c 1 python -m benchmarks.echo --msize 1KiB --repeat 3 --rounds 2 --json echo-onecpu.json",
-           "the recorded command, pinned to one CPU by taskset as it ran"),
-    Remake("echo-cpuquota.json",
-           "python -m benchmarks.echo --msize 1KiB --repeat 3 --rounds 2 --json echo-cpuquota.json",
-           "the recorded command, under a one-CPU cgroup quota as it ran", _one_cpu_quota),
-    *(Remake(file, None, "the engines it compares (readinto-selector, readinto-transport, framed-pool-selector, "
-                         "framed-pool-transport) are gone from benchmarks.load: this tree cannot re-make it (cite it "
-                         "no more)") for file in ("load-engines.json", "load-engines-64.json")),
-    Remake("opcodes-builds.json", None,
-           "opcodes-builds.txt (docs/internals.rst) counts two runs, the compiled build and the pure one "
-           "(TORNADO_READINTO_NO_EXTENSIONS=1), and a result file records one build: cite two files, say "
-           "opcodes-builds.json and opcodes-builds-pure.json, each made by python -m benchmarks.opcodes --impl "
-           "readinto,framed-pool,asyncio-streams,asyncio-protocol --json FILE"),
-)}  # fmt: skip
+#: and why.  Every file of the evidence set records the command that made it
+#: (``taskset`` and ``TORNADO_READINTO_*`` included), so this is empty.
+REMAKE: dict[str, Remake] = {}
 
 # A file made on another tree, as the baseline of a comparison across trees.
 _BEFORE = re.compile(r"-before(?:-\d+)?$")
@@ -1478,8 +1102,8 @@ def _makes(case: Any, fields: dict[str, Any]) -> bool:
         if key == "msize_text" and hasattr(case, "msize"):
             if format_size(case.msize) != value:
                 return False
-        elif hasattr(case, key) and getattr(case, key) != value:
-            return False
+        elif hasattr(case, key) and getattr(getattr(case, key), "name", getattr(case, key)) != value:
+            return False  # (a network path is a PathSpec, named in the result's row)
     return True
 
 

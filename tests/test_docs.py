@@ -62,17 +62,13 @@ def test_published_figures_match_their_result_files() -> None:
 def _as_remade(results: Path) -> None:
     """Give every result file of ``results`` (a copy) the metadata a re-made
     one records, as `remake_plan` would make it (the command: the plan's,
-    else the recorded argv), in the format today's benchmarks write: the
-    HTTP files' flat lists of rounds become results with repeats, and the
-    opcode tables' counts (``.txt``) become ``opcodes-*.json``."""
-    for table in ("opcodes-bounds.txt", "opcodes-builds.txt"):
-        rows = [line.split() for line in (results / table).read_text().splitlines()
-                if line and not line.startswith("#") and line.split()[-1].isdigit()]  # fmt: skip
-        counts = [{"impl": r[0], "loop": r[1], "opcodes_per_msg": float(r[2])} for r in rows if len(r) == 3]
-        (results / table.replace(".txt", ".json")).write_text(json.dumps({"results": counts}))
+    else the recorded argv), in the format today's benchmarks write (an
+    HTTP file's flat list of rounds becomes results with repeats)."""
     plans = {plan.file: plan for plan in publish.remake_plan(results)}
     for path in sorted(results.glob("*.json")):
         data = json.loads(path.read_text())
+        if isinstance(data, dict) and not missing_meta(data):
+            continue  # re-made already: it keeps the command it records (taskset included)
         if isinstance(data, list):  # benchmarks.http before the harness
             entries: dict[tuple[str, str], dict[str, Any]] = {}
             for row in data:
@@ -149,18 +145,23 @@ def test_check_fails_for_each_kind_of_result_file(published: tuple[Path, Path]) 
             for repeat in entry["repeats"]:
                 repeat["requests"] *= 2
     http.write_text(json.dumps(data))
-    for name in (publish.BOUNDS, "load-facecore-pinned.json"):
-        load = results / name
-        data = json.loads(load.read_text())
-        for entry in data["results"]:
-            if entry["server"] == "readinto":
-                for repeat in entry["repeats"]:
-                    repeat["loop_cpu_us_per_msg"] *= 0.5
-        load.write_text(json.dumps(data))
+    load = results / publish.LOAD
+    data = json.loads(load.read_text())
+    for entry in data["results"]:
+        if entry["server"] == "readinto":
+            for repeat in entry["repeats"]:
+                repeat["loop_cpu_us_per_msg"] *= 0.5
+    load.write_text(json.dumps(data))
+    idle = results / publish.IDLE
+    data = json.loads(idle.read_text())
+    for entry in data["results"]:
+        for repeat in entry["repeats"]:
+            repeat["per_connection"] *= 2
+    idle.write_text(json.dumps(data))
     problems = "\n".join(publish.check(publish.Results(results), root))
     assert "docs/_generated/http.rst" in problems
-    assert "docs/_generated/load.rst" in problems
-    assert "http.post.asyncio" in problems and "facecore.readinto" in problems
+    assert "docs/_generated/load.rst" in problems and "docs/_generated/10k.rst" in problems
+    assert "http.post" in problems and "load.readinto" in problems and "idle.readinto" in problems
 
 
 def test_publish_refuses_a_cited_file_that_does_not_record_its_run(
@@ -173,19 +174,16 @@ def test_publish_refuses_a_cited_file_that_does_not_record_its_run(
     data = json.loads(dask.read_text())
     del data["meta"]["commit"], data["meta"]["machine"]["cpu_model"]
     dask.write_text(json.dumps(data))
-    bounds = results / publish.BOUNDS
-    data = json.loads(bounds.read_text())
+    load = results / publish.LOAD
+    data = json.loads(load.read_text())
     data["meta"] = {"argv": data["meta"]["argv"]}  # as files were written before the metadata
-    bounds.write_text(json.dumps(data))
-    (results / "opcodes-builds.json").unlink()  # a cited table (docs/internals.rst) with no result file
+    load.write_text(json.dumps(data))
     (results / "echo-twocpu.json").unlink()  # a file publish renders from
     problems = publish.check(publish.Results(results), root)
     assert problems == publish.refusals(results, root)
     assert sorted(problems) == sorted([
         f"{results}/dask.json: records no commit, machine.cpu_model (the run's metadata)",
-        f"{results}/{publish.BOUNDS}: records no commit, build, machine, python, command (the run's metadata)",
-        f"{results}/opcodes-builds.txt: a table or plot with no result file beside it (opcodes-builds.json): "
-        "nothing records its run",
+        f"{results}/{publish.LOAD}: records no commit, build, machine, python, command (the run's metadata)",
         f"{results}/echo-twocpu.json: missing",
     ])
     readme = (root / "README.rst").read_text()
@@ -195,7 +193,7 @@ def test_publish_refuses_a_cited_file_that_does_not_record_its_run(
     # the command line says the same, and how to re-make them (pages: the repository's)
     assert publish.main(["--check", "--results", str(results)]) == 1
     out = capsys.readouterr().out
-    assert f"{results}/{publish.BOUNDS}: records no commit" in out and "--remake" in out
+    assert f"{results}/{publish.LOAD}: records no commit" in out and "--remake" in out
     assert publish.main(["--results", str(results), "--no-plot"]) == 1
     assert "records no commit" in capsys.readouterr().out
 
@@ -206,13 +204,15 @@ def test_cited_and_uncited_files(published: tuple[Path, Path], capsys: pytest.Ca
     cited = publish.cited(results, root)
     assert cited["dask.json"][:2] == ["publish", "README.rst"]  # rendered from, and named by the README
     assert cited["dask.png"] == ["benchmarks/README.rst"] or "the run of dask.json" in cited["dask.png"]
-    assert cited["idle-10k.json"] == ["the run of idle-10k.txt"]  # the CHANGELOG names the table
-    assert "dask-transfer-rcvlowat-before-2.json" in cited  # named by a pattern, dask-transfer-rcvlowat*.json
+    assert cited["idle-10k.json"][:2] == ["publish", "CHANGELOG.rst"]  # rendered from, and named
+    (results / "idle-10k.txt").write_text("a table\n")
+    assert publish.cited(results, root)["idle-10k.txt"] == ["the run of idle-10k.json"]  # its run's table
+    (results / "idle-10k.txt").unlink()
     assert list(cited)[:5] == ["dask.json", "dask-busy.json", "http.json", "echo-twocpu.json",
-                               "load-hotpath2.json"]  # the headline's first
+                               "load-hotpath.json"]  # the headline's first
     uncited = publish.uncited(results, root)
     assert "stray.json" in uncited and not set(uncited) & set(cited)
-    listing = {p.name for p in results.iterdir()}
+    listing = {p.name for p in results.iterdir() if p.is_file()}  # (check/: the quick check's run)
     assert set(uncited) == listing - set(cited)  # (cited: also files that are missing)
     assert publish.main(["--uncited", "--results", str(results)]) == 0
     assert "stray.json\n" in capsys.readouterr().out
@@ -230,22 +230,19 @@ def test_remake_dry_run_prints_every_command_and_runs_nothing(
     out = capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before  # nothing ran
     commands = [line.split("  # ")[0] for line in out.splitlines() if line and not line.startswith("#")]
-    heads = ["python -m benchmarks.dask --rpc 5000", "python -m benchmarks.dask --workload rpc,busy-worker",
-             "python -m benchmarks.http --rounds 5 --json", "python -m benchmarks.echo --msize 1KiB",
-             "python -m benchmarks.load --server stock,readinto,readinto-3reads,framed-pool,"]
+    heads = ["python -m benchmarks.dask --workload rpc,tasks,chain,transfer --pair tcp,tls",
+             "python -m benchmarks.dask --workload rpc,busy-worker", "python -m benchmarks.http --rounds 5 --json",
+             "python -m benchmarks.echo --msize 1KiB", "python -m benchmarks.load --server stock,readinto,framed-pool,"]
     assert [c[: len(h)] for c, h in zip(commands, heads)] == heads  # the headline's first
     assert f"--json {results}/dask.json --plot {results}/dask.png" in commands[0]
     assert "readinto-transport" not in commands[4]
     assert any(c.startswith("taskset -c 1 python -m benchmarks.echo") for c in commands)
-    assert any(c.startswith("python -m benchmarks.opcodes --impl bound-floor,") and
-               c.endswith(f"--json {results}/opcodes-bounds.json") for c in commands)
     # every command writes its JSON into the results directory, each file once
     written = [shlex.split(c) for c in commands]
     jsons = [w[w.index("--json") + 1] for w in written]
     assert all(j.startswith(f"{results}/") for j in jsons) and len(set(jsons)) == len(jsons)
-    # files this tree cannot re-make are listed, with why
-    assert "#   echo-rcvlowat-before.json: made on an earlier tree" in out
-    assert "#   load-engines.json: the engines it compares" in out
+    # every cited file is re-made by the command it records
+    assert "not re-made by a command" not in out and "problems" not in out
 
 
 def test_remake_checks_each_command_with_its_benchmark(published: tuple[Path, Path]) -> None:
@@ -259,8 +256,9 @@ def test_remake_checks_each_command_with_its_benchmark(published: tuple[Path, Pa
         "argument --server: unknown server 'readinto-transport'; known: " + ", ".join(load._all_servers())]
     short = publish.Remake("echo-twocpu.json", "python -m benchmarks.echo --impl readinto,threads --msize 1KiB")
     problems = publish.check_remake(short, results, res)
-    assert problems and all("'impl': 'stock-read_bytes'" in p or "'impl': 'readinto-nospin'" in p for p in problems)
-    assert publish.check_remake(publish.REMAKE["load-hotpath2.json"], results, res) == []
+    assert problems and all("'impl': 'stock-read_bytes'" in p or "'impl': 'readinto-spin'" in p for p in problems)
+    recorded = publish.recorded_command(json.loads((results / publish.LOAD).read_text()), publish.LOAD)
+    assert publish.check_remake(publish.Remake(publish.LOAD, recorded), results, res) == []
 
 
 def test_remake_runs_each_command_into_the_results_directory(tmp_path: Path,
@@ -293,9 +291,8 @@ def test_every_remake_command_runs_today() -> None:
 
 
 def test_results_hold_only_cited_files() -> None:
-    """PRUNE PENDING: fails until ``benchmarks/results/`` is pruned to the
-    files publish cites (after the cited files are re-made, the set cited
-    changes): ``python -m benchmarks.publish --uncited`` lists the files to
+    """``benchmarks/results/`` holds the files publish cites and nothing
+    else: ``python -m benchmarks.publish --uncited`` lists the files to
     delete."""
     uncited = publish.uncited()
     assert not uncited, "not cited, delete them (python -m benchmarks.publish --uncited):\n" + "\n".join(uncited)
@@ -310,10 +307,7 @@ def test_every_quote_names_known_figures() -> None:
 
 @needs_results
 def test_every_figure_renders() -> None:
-    """From the repository's result files.  The opcode counts are read from
-    ``opcodes-bounds.json``, which ``python -m benchmarks.publish --remake``
-    makes (the table ``opcodes-bounds.txt`` records no run): until then this
-    fails for them."""
+    """From the repository's result files."""
     res = publish.Results(publish.RESULTS)
     for name in publish.FIGURES:
         f = publish.figure(res, name)

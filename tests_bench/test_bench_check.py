@@ -28,7 +28,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def load_entry(server: str, loop: str, us: list[float], msgs: list[float], rate: float = 0.0) -> dict[str, Any]:
-    """An entry of ``load --json`` (benchmarks/results/load-rcvlowat-pinned.json)."""
+    """An entry of ``load --json`` (benchmarks/results/check/load.json)."""
     repeats = [
         {"messages": int(m * 2), "elapsed_s": 2.0, "msgs_per_s": m, "server_cpu_s": 1.99, "loop_cpu_s": 1.98,
          "client_cpu_s": 1.3, "server_cpu_us_per_msg": u + 0.1, "loop_cpu_us_per_msg": u, "client_cpu_us_per_msg": 30.0,
@@ -46,7 +46,7 @@ def load_entry(server: str, loop: str, us: list[float], msgs: list[float], rate:
 
 
 def echo_entry(impl: str, msgs: list[float], msize: int = MIB100) -> dict[str, Any]:
-    """An entry of ``echo --json`` (benchmarks/results/echo-rcvlowat.json)."""
+    """An entry of ``echo --json`` (benchmarks/results/check/echo.json)."""
     repeats = [{"msgs_per_s": m, "messages": 10, "elapsed_s": 1.25, "p50_s": 0.1, "p99_s": 0.12,
                 "mib_per_s": m * msize / (1 << 20)} for m in msgs]  # fmt: skip
     return {
@@ -57,7 +57,7 @@ def echo_entry(impl: str, msgs: list[float], msize: int = MIB100) -> dict[str, A
 
 
 def dask_entry(workload: str, protocol: str, values: list[float], status: str = "ok") -> dict[str, Any]:
-    """An entry of ``dask --json`` (benchmarks/results/dask-transfer-rcvlowat.json)."""
+    """An entry of ``dask --json`` (benchmarks/results/check/dask.json)."""
     metric = {"rpc": "RPC/s", "transfer": "GB/s", "transfer-cold": "GB/s wall"}[workload]
     return {
         "metric": metric, "higher_is_better": True, "compared_by": "ratio", "workload": workload,
@@ -138,10 +138,10 @@ def test_summary_pass_and_miss(out: Path) -> None:
 @pytest.mark.skipif((ROOT / "PKG-INFO").exists() and not RESULTS.exists(),
                     reason="an sdist carries no benchmarks/results/ (MANIFEST.in prunes it)")
 def test_ratios_agree_with_the_suites_own(tmp_path: Path) -> None:
-    """On real files, the check's ratios are the suites' own ratio columns."""
-    shutil.copy(RESULTS / "load-rcvlowat-pinned.json", tmp_path / "load.json")
-    shutil.copy(RESULTS / "echo-rcvlowat.json", tmp_path / "echo.json")
-    shutil.copy(RESULTS / "dask-transfer-rcvlowat.json", tmp_path / "dask.json")
+    """On real files (the quick check's own, ``benchmarks/results/check/``),
+    the check's ratios are the suites' own ratio columns."""
+    for name in ("load.json", "echo.json", "dask.json"):
+        shutil.copy(RESULTS / "check" / name, tmp_path / name)
     files = ["load.json", "echo.json", "dask.json"]
     outcomes = {(o.target.file, o.target.label): o for o in summarise(tmp_path, files)}
 
@@ -154,8 +154,8 @@ def test_ratios_agree_with_the_suites_own(tmp_path: Path) -> None:
     echo_ratio = outcomes["echo.json", "100MiB: readinto / threads msgs/s"].ratio
     assert echo_ratio == pytest.approx(saved("echo.json", "x_threads", impl="readinto", msize=MIB100))
     dask_ratio = outcomes["dask.json", "transfer: readinto / tcp rate"].ratio
-    assert dask_ratio == pytest.approx(saved("dask.json", "x_baseline", protocol="readinto"))
-    assert len(outcomes["dask.json", "transfer: readinto / tcp rate"].paired) == 7
+    assert dask_ratio == pytest.approx(saved("dask.json", "x_baseline", protocol="readinto", workload="transfer"))
+    assert len(outcomes["dask.json", "transfer: readinto / tcp rate"].paired) == 5  # --repeat 5
 
 
 def test_dry_run_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
