@@ -349,13 +349,13 @@ def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
 
 
 def test_bench_dask_each_pair_has_its_own_baseline() -> None:
-    """Pairs share the baseline protocol's name (``tcp``): each row is
-    compared with the baseline of its own pair's run, not the first ``tcp``."""
+    """Pairs share the baseline protocol's name (``tcp+spec``): each row is
+    compared with the baseline of its own pair's run, not the first one."""
     rows = [
-        make_result("transfer", "tcp", "tcp", [0.5], pair="switch-sink"),
-        make_result("transfer", "tcp+switch-sink", "tcp", [0.75], pair="switch-sink"),
-        make_result("transfer", "tcp", "tcp", [1.0], pair="switch-source"),
-        make_result("transfer", "tcp+switch-source", "tcp", [1.1], pair="switch-source"),
+        make_result("transfer", "tcp+spec", "tcp+spec", [0.5], pair="switch-sink"),
+        make_result("transfer", "tcp+switch-sink", "tcp+spec", [0.75], pair="switch-sink"),
+        make_result("transfer", "tcp+spec", "tcp+spec", [1.0], pair="switch-source"),
+        make_result("transfer", "tcp+switch-source", "tcp+spec", [1.1], pair="switch-source"),
     ]
     assert ratio(rows, rows[1]) == pytest.approx(0.75 / 0.5)
     assert ratio(rows, rows[3]) == pytest.approx(1.1 / 1.0)

@@ -52,7 +52,7 @@ from types import FrameType
 from typing import Any
 
 from .table import Column, key_field
-from .units import csv
+from .units import csv, shortest_exact
 
 #: The only MTUs offered: Ethernet's and the common jumbo frame.
 MTUS = (1500, 9000)
@@ -131,14 +131,7 @@ def parse_rate(text: str) -> int:
 
 def format_rate(bits_per_s: int) -> str:
     """The shortest exact tc spelling: 10**9 -> ``"1gbit"``, 2.5e9 -> ``"2.5gbit"``."""
-    for unit in "tgmk":
-        scale = _RATE_UNITS[unit]
-        if bits_per_s >= scale:
-            for digits in range(4):
-                text = f"{bits_per_s / scale:.{digits}f}"
-                if round(float(text) * scale) == bits_per_s:
-                    return f"{text}{unit}bit"
-    return f"{bits_per_s}bit"
+    return shortest_exact(bits_per_s, [(f"{unit}bit", _RATE_UNITS[unit]) for unit in "tgmk"], "bit", 3)
 
 
 def tbf_burst_nbytes(rate_bit_s: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any, Callable
 
 MiB = 1 << 20
@@ -32,15 +32,22 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def shortest_exact(value: int, units: Sequence[tuple[str, int]], base_unit: str, max_digits: int) -> str:
+    """``value`` in the first of ``units`` (name, scale; largest first) that
+    it reaches and that spells it exactly with at most ``max_digits``
+    decimals, else in ``base_unit``."""
+    for unit, scale in units:
+        if value >= scale:
+            for digits in range(max_digits + 1):
+                text = f"{value / scale:.{digits}f}"
+                if round(float(text) * scale) == value:
+                    return f"{text}{unit}"
+    return f"{value}{base_unit}"
+
+
 def format_size(nbytes: int) -> str:
     """The shortest exact binary form: 1024 -> "1KiB", 1536 -> "1.5KiB", 1000 -> "1000B"."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            for digits in range(3):
-                text = f"{nbytes / scale:.{digits}f}"
-                if round(float(text) * scale) == nbytes:
-                    return f"{text}{unit}"
-    return f"{nbytes}B"
+    return shortest_exact(nbytes, (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)), "B", 2)
 
 
 def format_rate(value: float | None) -> str:
