@@ -254,11 +254,15 @@ def test_open_path_removes_what_it_made_when_a_command_fails(monkeypatch: pytest
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_open_path_removes_the_namespaces_on_sigterm(signum: int) -> None:
     """A process killed by SIGTERM (or SIGHUP) inside the ``with`` removes
-    its namespaces on the way out and exits with 128 + the signal."""
+    its namespaces on the way out and exits with 128 + the signal.  (The
+    child starts with the signal at its default action: under ``nohup`` it
+    would inherit SIGHUP ignored, and `open_path` leaves an ignored signal
+    ignored.)"""
     code = textwrap.dedent(
-        """
-        import sys, time
+        f"""
+        import signal, sys, time
         from benchmarks.harness import netpath
+        signal.signal({int(signum)}, signal.SIG_DFL)
         with netpath.open_path(netpath.PathSpec(1500, 10**9)) as path:
             print(path.server_ns, path.client_ns, flush=True)
             time.sleep(60)

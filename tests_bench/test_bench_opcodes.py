@@ -12,6 +12,7 @@ import pytest
 import tornado_readinto
 from benchmarks import harness as h
 from benchmarks import opcodes
+from benchmarks.harness.meta import command_line
 
 #: _gilheld's functions that a slow socket call runs (see _streamcore.receive).
 STALL_TEST = {"_gilheld.py:stalled", "_gilheld.py:stall_threshold", "_gilheld.py:note_stall"}
@@ -67,7 +68,11 @@ def test_main_writes_the_counts_with_the_runs_metadata(tmp_path: Path, capsys: p
     assert opcodes.main(argv) == 2
     capsys.readouterr()
     data = json.loads(out.read_text())
-    assert h.missing_meta(data) == [] and data["meta"]["command"] == "python -m benchmarks.opcodes " + " ".join(argv)
+    # the command as typed, with the build's variables and any CPU pinning it ran under (the pure-build run)
+    env = {k: v for k, v in os.environ.items() if k.startswith("TORNADO_READINTO_")}
+    expected = command_line("benchmarks.opcodes", argv, env, data["meta"]["machine"])
+    assert expected.endswith("python -m benchmarks.opcodes " + " ".join(argv))
+    assert h.missing_meta(data) == [] and data["meta"]["command"] == expected
     counted, skipped = data["results"]
     assert counted["impl"] == "asyncio-protocol" and counted["loop"] == "asyncio" and counted["opcodes_per_msg"] > 0
     assert counted["messages"] == 20 and counted["frames_per_msg"] is None and counted["skipped"] is None
