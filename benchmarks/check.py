@@ -1,6 +1,6 @@
 """The quick check of the defaults against the project's targets.
 
-    python -m benchmarks check                    # all, about 9 minutes; JSON in a fresh temp dir
+    python -m benchmarks check                    # all, about 14 minutes; JSON in a fresh temp dir
     python -m benchmarks check --only echo,dask --out /tmp/check
     python -m benchmarks check --from /tmp/check  # the summary of an earlier run, nothing runs
     python -m benchmarks check --dry-run          # the commands it would run
@@ -8,7 +8,8 @@
 Runs, one after the other (never two at once), each as
 ``python -m benchmarks SUITE ... --json OUT/FILE`` (see `RUNS`): the load
 benchmark at 64 connections saturated and below saturation (3000 msgs/s
-offered), about 2 minutes each; echo at 100 MiB, about 1 minute; dask's rpc,
+offered), each server in three fresh processes in alternating rounds, about
+3.5 minutes each; echo at 100 MiB, about 1 minute; dask's rpc,
 transfer and transfer-cold over tcp, about 4 minutes.  Then it reads the
 JSON files and prints one table: each target of `TARGETS`, the measured
 ratio (the median of the row's metric over the median of its baseline's,
@@ -38,8 +39,13 @@ from benchmarks import harness as h
 
 ROOT = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks`` imports from
 
+#: Three fresh server processes per server and loop, in alternating rounds,
+#: two windows each: at saturation on uvloop one process can run 1.3x
+#: slower than the next of the same server for all its windows (both
+#: ``readinto`` and ``asyncio-streams`` do; the CPU's caches, the client's
+#: wake-ups), so one process per server measured which mode it fell in.
 _LOAD = ("load", "--server", "readinto,readinto-spin,framed-pool,asyncio-protocol,asyncio-streams",
-         "--loop", "asyncio,uvloop", "--clients", "64", "--repeat", "3")  # fmt: skip
+         "--loop", "asyncio,uvloop", "--clients", "64", "--repeat", "2", "--rounds", "3")  # fmt: skip
 _ECHO = ("echo", "--impl", "readinto,framed-pool,threads", "--msize", "100MiB", "--repeat", "3", "--rounds", "2")
 _DASK = ("dask", "--workload", "rpc,transfer,transfer-cold", "--pair", "tcp", "--repeat", "5")
 #: ``--only`` names -> (JSON file, ``python -m benchmarks`` arguments) of each run, in the order they run.

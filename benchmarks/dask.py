@@ -9,6 +9,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --workload busy-worker --pair tcp --switch-interval 5ms,1ms,500us
     python -m benchmarks dask --workload transfer-cold --repeat 7       # fresh clusters, wall-clock GB/s
     python -m benchmarks dask --workload transfer-cold --env TORNADO_READINTO_HOLD_GIL=0   # one heuristic off
+    python -m benchmarks dask --workload transfer-cold --pretouch --repeat 15   # receiver's pages resident first
     python -m benchmarks dask --pair switch-sink,switch-source --workload transfer,transfer-cold   # mixed pairs
 
 (``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
@@ -26,7 +27,10 @@ alternation; the start is not timed), after the shared clusters are closed:
 ``transfer-cold`` (two worker processes of one thread, as above) makes
 ``--cold-count`` arrays on worker a, then times by wall clock one reducing
 task per array on worker b until every result is back, with nothing
-released early, as a user's workload sees it (`run_fresh_workload`); and
+released early, as a user's workload sees it (`run_fresh_workload`); each
+repetition also records the receiving worker's user and kernel CPU seconds
+per GiB, and ``--pretouch`` has that worker make as much fresh memory
+resident (and free it) just before the clock starts (`pretouch`); and
 ``busy-worker``, one worker process with two threads, per task shape and
 switch interval: its threads run a busy task while the client times tasks,
 RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
@@ -386,14 +390,38 @@ def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     real workload's inputs do."""
     client, sink = side.client, side.workers[1]
     arrays, first = side.state.pop("arrays"), side.state.pop("first")
+    if args.pretouch:
+        client.run(pretouch, len(arrays) * args.transfer_size, workers=[sink])
+    times_before = client.run(os.times, workers=[sink])[sink]
     started = time.perf_counter()
     sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
     values = client.gather(sums)
     elapsed = time.perf_counter() - started
+    times_after = client.run(os.times, workers=[sink])[sink]
     _check_checksums(values, first, args.transfer_size)
     nbytes = len(values) * args.transfer_size
     return {"value": nbytes / elapsed / GB, "elapsed_s": elapsed, "nbytes": nbytes, "count": len(values),
-            "worker_env": side.worker_env}  # fmt: skip
+            "worker_env": side.worker_env, "pretouch": args.pretouch,
+            # the receiving worker's CPU seconds per GiB received: kernel time
+            # is where fresh pages are paid for (see `pretouch`)
+            "sink_user_s_per_gib": (times_after[0] - times_before[0]) / (nbytes / 2**30),
+            "sink_sys_s_per_gib": (times_after[1] - times_before[1]) / (nbytes / 2**30)}  # fmt: skip
+
+
+def pretouch(nbytes: int) -> int:
+    """In a worker: make ``nbytes`` of fresh memory resident (one write per
+    4 KiB page), then free it, so that the pages a transfer receives into
+    next are already the guest's.  On a VM whose balloon reports free pages
+    to the host (virtio-balloon free page reporting), the first touch of a
+    page the host took back costs a host round trip: about 4 s of kernel
+    time per GiB on the development VM, for either protocol, which then
+    decides a fresh cluster's transfer time.  Returns the bytes touched."""
+    import numpy as np
+
+    block = np.empty(nbytes, np.uint8)
+    block[::4096] = 1
+    del block
+    return nbytes
 
 
 def _square(nbytes: int, chunk_nbytes: int) -> tuple[int, int]:
@@ -928,6 +956,12 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             help="transfer-cold: arrays of --transfer-size per repeat, on a fresh cluster (default: 16)",
         )
         p.add_argument(
+            "--pretouch",
+            action="store_true",
+            help="transfer-cold: the receiving worker first makes as much fresh memory resident and frees it"
+            " (untimed, both protocols), so that a VM's page provisioning does not decide the time",
+        )
+        p.add_argument(
             "--full-size",
             type=h.parse_size,
             default=h.parse_size("1GiB"),
@@ -1024,6 +1058,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "warmup": args.warmup,
             "event_loop": args.event_loop,
             "busy_poll": args.busy_poll,
+            "pretouch": args.pretouch,
             "env": args.env,  # --env: set in the readinto side's worker processes only
             "sizes": {
                 "rpc": args.rpc,

@@ -329,6 +329,34 @@ def test_bench_dask_transfer_cold_tiny_real_run(tmp_path: Path, monkeypatch: pyt
     assert rows[1]["x_baseline"] > 0
 
 
+def test_bench_dask_transfer_cold_pretouch_tiny_real_run(tmp_path: Path) -> None:
+    """--pretouch: each repetition's receiving worker touched its memory
+    first (recorded in the meta and in every repeat), and every repeat
+    records that worker's user and kernel CPU seconds per GiB received."""
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "transfer-cold", "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--transfer-size",
+            "1MiB", "--cold-count", "2", "--pretouch", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    data = json.loads(path.read_text())
+    assert data["meta"]["pretouch"] is True
+    for r in data["results"]:
+        assert r["status"] == "ok", r
+        (repeat,) = r["repeats"]
+        assert repeat["pretouch"] is True
+        assert repeat["sink_user_s_per_gib"] >= 0 and repeat["sink_sys_s_per_gib"] >= 0
+
+
+def test_bench_dask_pretouch_makes_the_memory_resident() -> None:
+    """`pretouch` writes every page of the block: the process takes at least
+    one page fault per 2 MiB (a huge page) of it."""
+    import resource
+
+    nbytes = 64 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    assert bench.pretouch(nbytes) == nbytes
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before >= nbytes // (2 << 20)
+
+
 def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
     """The switch pair: stock tcp:// against tcp:// with the switch on in
     every process of its side (`open_side` checks each process's listener
