@@ -10,7 +10,7 @@ Runs, one after the other (never two at once), each as
 benchmark at 64 connections saturated and below saturation (3000 msgs/s
 offered), each server in three fresh processes in alternating rounds, about
 3.5 minutes each; echo at 100 MiB, about 1 minute; dask's rpc,
-transfer and transfer-cold over tcp, about 4 minutes.  Then it reads the
+transfer and transfer-cold (``--pretouch``) over tcp, about 4 minutes.  Then it reads the
 JSON files and prints one table: each target of `TARGETS`, the measured
 ratio (the median of the row's metric over the median of its baseline's,
 with the min-max of the ratios repeat by repeat), the bound, and PASS or
@@ -47,7 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent  # where ``python -m benchmarks`` 
 _LOAD = ("load", "--server", "readinto,readinto-spin,framed-pool,asyncio-protocol,asyncio-streams",
          "--loop", "asyncio,uvloop", "--clients", "64", "--repeat", "2", "--rounds", "3")  # fmt: skip
 _ECHO = ("echo", "--impl", "readinto,framed-pool,threads", "--msize", "100MiB", "--repeat", "3", "--rounds", "2")
-_DASK = ("dask", "--workload", "rpc,transfer,transfer-cold", "--pair", "tcp", "--repeat", "5")
+#: ``--pretouch``: on a VM whose balloon hands free pages back to the host,
+#: a fresh worker's first touch of its memory costs up to 4 s of kernel time
+#: per GiB for either protocol, at random (see `benchmarks.dask.pretouch`).
+_DASK = ("dask", "--workload", "rpc,transfer,transfer-cold", "--pair", "tcp", "--repeat", "5", "--pretouch")
 #: ``--only`` names -> (JSON file, ``python -m benchmarks`` arguments) of each run, in the order they run.
 RUNS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "load": (("load.json", _LOAD), ("load-offered.json", (*_LOAD, "--offered", "3000"))),
