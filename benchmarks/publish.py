@@ -560,6 +560,37 @@ def echo_table(res: Results) -> str:
                        res, "echo-twocpu.json", "echo-onecpu.json")
 
 
+LOAD_NETPATH = "load-netpath.json"
+LOAD_NETPATHS = ("loopback", "mtu1500", "mtu9000")
+LOAD_NETPATH_SERVERS = ("stock", "readinto", "framed-pool", "asyncio-streams", "asyncio-protocol")
+FIGURES.update({
+    f"loadpath.{path}.{server}.{loop}.{key}": get(LOAD_NETPATH, server, loop, path)
+    for path in LOAD_NETPATHS for server in LOAD_NETPATH_SERVERS for loop in LOOPS
+    for key, get in (
+        ("us", lambda f, s, lp, p: load_value(f, s, lp, "loop_cpu_us_per_msg", "us", path=p)),
+        ("x-streams", lambda f, s, lp, p: load_ratio(f, s, lp, "asyncio-streams", path=p)),
+    )
+})
+
+
+def load_netpath_table(res: Results) -> str:
+    """64 connections of 1 KiB messages, the server saturated, per network
+    path: the loop thread's CPU microseconds per message, and that against
+    asyncio Streams on the same loop and path."""
+    rows = []
+    for server in LOAD_NETPATH_SERVERS:
+        for loop in LOOPS:
+            cells = [f"{SERVER_NAMES[server]}, {loop}"]
+            for path in LOAD_NETPATHS:
+                key = f"loadpath.{path}.{server}.{loop}"
+                us = figure(res, f"{key}.us").bare
+                x = "1.00x" if server == "asyncio-streams" else figure(res, f"{key}.x-streams").bare
+                cells.append(f"{us} ({x}x)" if not x.endswith("x") else f"{us} ({x})")
+            rows.append(cells)
+    header = ("64 connections, 1 KiB: loop us/msg (x Streams)", *LOAD_NETPATHS)
+    return with_source(simple_table(header, rows), res, LOAD_NETPATH)
+
+
 NETPATH_NAMES = {"readinto": "``ReadIntoIOStream``", "framed-pool": "``FramedStream`` + ``BufferPool``",
                  "stock-read_bytes": "stock ``read_bytes``", "asyncio-streams": "asyncio Streams",
                  "uvloop-streams": "uvloop Streams", "threads": "blocking threads"}
@@ -612,6 +643,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "stock.rst": stock_table,
     "echo.rst": echo_table,
     "netpath.rst": netpath_table,
+    "load-netpath.rst": load_netpath_table,
     "10k.rst": tenk_table,
 }
 
@@ -696,8 +728,9 @@ def normalize(text: str) -> str:
 #: measured figure outside a generated table.
 QUOTES: list[Quote] = [
     # README
-    Quote("README.rst", "64 MiB worker-to-worker transfers run at {dask.transfer} the speed of tcp://"),
-    Quote("README.rst", "client-scheduler RPCs at {dask.rpc}"),
+    Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer} stock tcp://, "
+                        "client-scheduler RPCs at {switch.tcp.rpc}"),
+    Quote("README.rst", "readinto:// scheme: {dask.transfer} the speed of tcp:// and RPCs at {dask.rpc}"),
     Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
     Quote("README.rst", "hello-world GET at {http.hello} the requests/s of stock Tornado"),
     Quote("README.rst", "a 256 MiB POST at {http.post}"),
