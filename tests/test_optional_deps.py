@@ -50,7 +50,7 @@ def test_comm_without_msgpack_names_the_extra():
     assert len(lines) == 2
     for line in lines:
         assert line.startswith("tornado_readinto.comm needs msgpack")
-        assert "pip install 'tornado_readinto[comm]'" in line
+        assert "pip install msgpack (the package's 'comm' extra)" in line
 
 
 def test_everything_but_the_comm_layer_imports_without_msgpack():

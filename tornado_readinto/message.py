@@ -21,7 +21,7 @@ try:
     import msgpack
 except ImportError as exc:  # an optional dependency since 0.1: the "comm" extra
     raise ImportError(
-        f"tornado_readinto.comm needs msgpack ({exc}); install it with: pip install 'tornado_readinto[comm]'"
+        f"tornado_readinto.comm needs msgpack ({exc}); install it with: pip install msgpack (the package's 'comm' extra)"
     ) from exc
 
 from .allocators import _get_numpy
