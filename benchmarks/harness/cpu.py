@@ -9,6 +9,9 @@ one way to read a thread's.
   ``time.thread_time()``.  Another one (any process): the run time in
   nanoseconds from ``/proc/<pid>/task/<tid>/schedstat`` where the kernel
   has it, else utime + stime from ``.../stat``.
+* `steal_s`: CPU seconds the hypervisor ran something else while this
+  machine's CPUs had work (``steal`` of ``/proc/stat``): on a VM, what makes
+  a window's CPU per message move with the host's load, not the code's.
 * `process_usage`: this process's ``getrusage`` counters (CPU, minor page
   faults, context switches) for the profiles that need more than CPU time.
 
@@ -72,3 +75,15 @@ def process_usage() -> dict[str, float]:
     ``nivcsw``) so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return {"user": r.ru_utime, "sys": r.ru_stime, "minflt": r.ru_minflt, "nvcsw": r.ru_nvcsw, "nivcsw": r.ru_nivcsw}
+
+
+def steal_s(path: str = "/proc/stat") -> float | None:
+    """Steal seconds of all the machine's CPUs so far (the 8th number of the
+    ``cpu`` line of ``/proc/stat``, in clock ticks), or None where the file
+    or the field is missing."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline().split()
+        return int(line[8]) / os.sysconf("SC_CLK_TCK") if line[0] == b"cpu" else None
+    except (OSError, ValueError, IndexError):
+        return None

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import socket
 import ssl
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from benchmarks.harness.cpu import process_cpu_s, thread_cpu_s
+from benchmarks.harness.cpu import process_cpu_s, steal_s, thread_cpu_s
 
 from ._async import HOST, prepare_socket
 from ._common import U64, VerificationError, pack_header, percentile
@@ -433,6 +434,7 @@ class _Snapshot:
         self.server_cpu_s = process_cpu_s(plan.server_pid) if plan.server_pid else None
         self.loop_cpu_s = thread_cpu_s(plan.server_pid, plan.server_tid) if plan.server_tid else None
         self.client_cpu_s = process_cpu_s()
+        self.steal_s = steal_s()
         self.latencies = bench.latencies
         bench.latencies = []
 
@@ -450,6 +452,7 @@ def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
     server_cpu = delta(start.server_cpu_s, end.server_cpu_s)
     loop_cpu = delta(start.loop_cpu_s, end.loop_cpu_s)
     latencies = sorted(end.latencies)  # the echoes of this window
+    steal = delta(start.steal_s, end.steal_s)
 
     def per_msg_us(cpu_s: float | None) -> float | None:
         return cpu_s / messages * 1e6 if cpu_s is not None and messages else None
@@ -472,6 +475,9 @@ def window_metrics(start: _Snapshot, end: _Snapshot) -> dict[str, Any]:
         "client_cpu_pct": pct(client_cpu),
         "p50_s": percentile(latencies, 0.50),
         "p99_s": percentile(latencies, 0.99),
+        # the share of the machine's CPU time the hypervisor took in the
+        # window: a repeat that ran while the host was busy shows it here
+        "steal_pct": pct(steal / (os.cpu_count() or 1)) if steal is not None else None,
     }
 
 
