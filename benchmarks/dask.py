@@ -11,6 +11,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --workload transfer-cold --env TORNADO_READINTO_HOLD_GIL=0   # one heuristic off
     python -m benchmarks dask --workload transfer-cold --pretouch --repeat 15   # receiver's pages resident first
     python -m benchmarks dask --pair switch-sink,switch-source --workload transfer,transfer-cold   # mixed pairs
+    python -m benchmarks dask --netpath loopback,mtu1500,mtu1500@1gbit    # rpc and transfers across a veth (root)
 
 (``python -m benchmarks.dask`` runs the same; ``python benchmarks/dask.py``
 would shadow the ``dask`` package with this file.)
@@ -38,6 +39,13 @@ RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
 readinto side's worker processes start with, in every cluster of the run
 (`environ`); the scheduler and the client run in this process, which it
 leaves as it was.
+``--netpath PATH[,PATH...]`` (`NETPATH_WORKLOADS` on `NETPATH_PAIRS`) runs
+each side as separate processes across a network path instead
+(`benchmarks.dask_netpath`). For a veth pair between two network namespaces,
+the scheduler and worker a are in the server's namespace, and worker b and the
+client (a driver process) in the client's, so that the timed RPCs and the
+transferred arrays cross the veth.  Each repetition then also reports the CPU
+time of the two ends per RPC or per GB moved (`cpu_figures`).
 The table shows the median and the min-max spread of the repeats, and the
 ratio of readinto's median to its baseline's (>1: readinto is faster).
 
@@ -66,7 +74,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
 
 from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
-from benchmarks.harness import check
+from benchmarks.harness import check, netpath
 from benchmarks.harness import plot as plots
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).  A protocol
@@ -155,6 +163,29 @@ PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {
 #: The busy-worker cluster: one worker process, both of its threads busy.
 BUSY_WORKER_THREADS = busy.BUSY_WORKER_THREADS
 
+#: What ``--netpath`` runs (`benchmarks.dask_netpath`): the workloads whose
+#: measured bytes go one way, client -> scheduler (rpc) or worker a -> worker
+#: b (the transfers), so that they cross the path; and the pairs on tcp://
+#: (the TLS pairs' throwaway certificate names 127.0.0.1, not the veth's addresses).
+NETPATH_WORKLOADS = ("rpc", "transfer", "transfer-cold")
+NETPATH_PAIRS = ("tcp", "switch", "switch-sink", "switch-source")
+NETPATH_DEFAULT_PAIRS = ["tcp", "switch"]
+#: Where a ``--netpath`` side's processes run (the JSON's meta records it).
+NETPATH_PROCESSES = {
+    "scheduler": "server namespace: dask scheduler",
+    "a": "server namespace: dask worker --no-nanny --nthreads 1, makes and serves the arrays",
+    "b": "client namespace: dask worker --no-nanny --nthreads 1, fetches and reduces them",
+    "client": "client namespace: the driver process, Client and clock",
+}
+
+#: With ``--netpath``: a workload's metric of CPU per unit of work (the CPU
+#: time of the two processes at the ends of its bytes) and the unit the table shows.
+CPU_METRICS: dict[str, tuple[str, str]] = {
+    "rpc": ("cpu_us_per_rpc", "us/RPC"),
+    "transfer": ("cpu_s_per_gb", "s/GB"),
+    "transfer-cold": ("cpu_s_per_gb", "s/GB"),
+}
+
 
 @dataclass
 class DaskResult(h.Repeated):
@@ -171,6 +202,8 @@ class DaskResult(h.Repeated):
     #: The ``--pair`` it ran in: pairs share a baseline protocol's name
     #: (``tcp`` in ``tcp``, ``switch``, ``switch-sink``...), not its run.
     pair: str = ""
+    #: The network path (``--netpath``), its details in ``extra["netpath"]``.
+    path: str = netpath.LOOPBACK.name
 
     @property
     def metric(self) -> Metric:
@@ -205,8 +238,23 @@ def difference(results: Sequence[DaskResult], result: DaskResult) -> float | Non
 def baseline_of(results: Sequence[DaskResult], result: DaskResult) -> DaskResult | None:
     """The baseline protocol's result of ``result``'s workload, or None."""
     return h.find_baseline(
-        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline, r.pair)
+        results, result, lambda r: r.protocol == result.baseline, lambda r: (r.workload, r.baseline, r.pair, r.path)
     )
+
+
+def cpu_metric(result: DaskResult) -> str | None:
+    """The key of ``result``'s CPU per unit of work (`CPU_METRICS`), if it has values."""
+    key = CPU_METRICS.get(result.workload, ("", ""))[0]
+    return key if result.values(key) else None
+
+
+def cpu_ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None:
+    """How much less CPU per unit of work ``result`` spends than its baseline
+    (the ratio of the medians, baseline over ``result``: >1 saves CPU)."""
+    key = cpu_metric(result)
+    if result.is_baseline or key is None:
+        return None
+    return h.median_ratio(result, baseline_of(results, result), key, lower_is_better=True)
 
 
 # -- task functions (run on the workers) ----------------------------------------------------------
@@ -246,6 +294,14 @@ def environ_of(names: Sequence[str]) -> dict[str, str | None]:
 # -- workloads ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Process:
+    """A process of a side that each repetition reads the CPU time of."""
+
+    pid: int
+    address: str  # where it listens (for the client, its end of the connection to the scheduler)
+
+
 @dataclass
 class Side:
     """One protocol's cluster and client, and the workload's prepared state."""
@@ -257,6 +313,10 @@ class Side:
     state: dict[str, Any] = field(default_factory=dict)
     #: What every worker process saw of the ``--env`` names at start (None: unset).
     worker_env: dict[str, str | None] = field(default_factory=dict)
+    #: By role (``scheduler``, ``a``, ``b``, ``client``), the processes whose CPU
+    #: time `measure` reports: a ``--netpath`` side's (`benchmarks.dask_netpath`);
+    #: none for a LocalCluster.
+    processes: dict[str, Process] = field(default_factory=dict)
 
 
 def _task_count(client: Any) -> int:
@@ -301,7 +361,7 @@ def rep_rpc(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     elapsed, identity = client.sync(loop, args.rpc)
     check(identity is not None and identity["type"] == "Scheduler", f"not a scheduler identity: {identity!r}")
     check(identity["address"] == side.cluster.scheduler_address, f"wrong scheduler: {identity['address']}")
-    check(sorted(identity["workers"]) == side.workers, f"wrong workers: {sorted(identity['workers'])}")
+    check(sorted(identity["workers"]) == sorted(side.workers), f"wrong workers: {sorted(identity['workers'])}")
     return {"value": args.rpc / elapsed, "elapsed_s": elapsed, "count": args.rpc}
 
 
@@ -378,6 +438,7 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
         "per_transfer_gbps": [e["bandwidth"] / GB for e in mine],
         "wall_gbps": len(keys) * args.transfer_size / elapsed / GB,
         "elapsed_s": elapsed,
+        "nbytes": len(keys) * args.transfer_size,
         "transfers": len(mine),
     }
 
@@ -644,8 +705,21 @@ def open_side(
     threads_per_worker: int = 1,
     **cluster_kwargs: Any,
 ) -> Iterator[Side]:
+    """``protocol``'s cluster and client: a ``LocalCluster`` (or, for a mixed
+    side, `open_mixed_side`'s ``SpecCluster``) with the scheduler in this
+    process; or, in the ``--netpath`` driver, which sets ``args.path`` (a
+    `netpath.NetPath`), separate processes across that path (`dask_netpath.open_side`)."""
     from distributed import Client, LocalCluster
 
+    path = getattr(args, "path", None)
+    if path is not None:
+        from benchmarks import dask_netpath
+
+        shape = (security, n_workers, threads_per_worker, cluster_kwargs)
+        check(shape == (None, 2, 1, {}), f"a --netpath side is two one-thread workers on tcp, not {shape}")
+        with dask_netpath.open_side(protocol, args, path) as side:
+            yield side
+        return
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
     env = side_env(protocol, args)
     if protocol in MIXED_ROLES:
@@ -676,11 +750,17 @@ def open_side(
         check(all(w.startswith(f"{scheme}://") for w in workers), f"workers not on {scheme}://: {workers}")
         check(client.scheduler.address.startswith(f"{scheme}://"), f"scheduler at {client.scheduler.address}")
         check_switched(client, protocol != scheme)
-        names = sorted(getattr(args, "env", None) or {})  # both sides say what their workers see
-        seen = list(client.run(environ_of, names).values()) if names else [{}]
-        check(all(s == seen[0] for s in seen), f"the workers disagree on {names}: {seen}")
-        check(all(seen[0][name] == value for name, value in env.items()), f"--env {env} not in the workers: {seen[0]}")
-        yield Side(protocol, cluster, client, workers, worker_env=seen[0])
+        yield Side(protocol, cluster, client, workers, worker_env=check_worker_env(client, env, args))
+
+
+def check_worker_env(client: Any, env: Mapping[str, str], args: argparse.Namespace) -> dict[str, str | None]:
+    """What every worker sees of the ``--env`` names (both sides say), checked
+    to be the same in all of them and to hold ``env`` (the side's `side_env`)."""
+    names = sorted(getattr(args, "env", None) or {})
+    seen = list(client.run(environ_of, names).values()) if names else [{}]
+    check(all(s == seen[0] for s in seen), f"the workers disagree on {names}: {seen}")
+    check(all(seen[0][name] == value for name, value in env.items()), f"--env {env} not in the workers: {seen[0]}")
+    return seen[0]
 
 
 @contextlib.contextmanager
@@ -756,7 +836,29 @@ def measure(workload: str, side: Side, args: argparse.Namespace, repetition: int
     has one per repetition, then its rep function (`REPS`)."""
     if workload in PREPARE_EACH_REP:
         PREPARE_EACH_REP[workload](side, args, repetition + args.warmup)
-    return REPS[workload](side, args)
+    if not side.processes:
+        return REPS[workload](side, args)
+    before = {role: h.process_cpu_s(p.pid) for role, p in side.processes.items()}
+    measured = REPS[workload](side, args)
+    after = {role: h.process_cpu_s(p.pid) for role, p in side.processes.items()}
+    cpu_s: dict[str, float | None] = {}
+    for role, start in before.items():
+        end = after[role]
+        cpu_s[role] = None if start is None or end is None else end - start
+    addresses = {role: p.address for role, p in side.processes.items()}
+    return {**measured, **cpu_figures(workload, measured, cpu_s), "addresses": addresses}
+
+
+def cpu_figures(workload: str, measured: dict[str, Any], cpu_s: Mapping[str, float | None]) -> dict[str, Any]:
+    """``cpu_s`` (CPU seconds by role over a repetition's timed part) and the
+    CPU of the two ends of the workload's bytes per unit of work
+    (`CPU_METRICS`): scheduler and client per RPC, workers a and b per GB
+    moved; None where a process could not be read."""
+    ends = ("scheduler", "client") if workload == "rpc" else ("a", "b")
+    spent = [cpu_s.get(role) for role in ends]
+    total = None if None in spent else sum(s for s in spent if s is not None)
+    units = measured["count"] / 1e6 if workload == "rpc" else measured["nbytes"] / GB
+    return {"cpu_s": dict(cpu_s), CPU_METRICS[workload][0]: None if total is None else total / units}
 
 
 def keep_in(
@@ -828,6 +930,16 @@ def run_fresh_workload(
 
 
 def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
+    """Every pair's workloads: across each ``--netpath`` path, by a driver
+    process there (`dask_netpath.run_paths`), or else in this process (`run_clusters`)."""
+    if args.netpath is not None:
+        from benchmarks import dask_netpath
+
+        return dask_netpath.run_paths(args, progress)
+    return run_clusters(args, progress)
+
+
+def run_clusters(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
     """Every pair's workloads: the shared clusters first, then the fresh ones of each
     `FRESH_CLUSTER_WORKLOADS` workload."""
     import dask
@@ -893,6 +1005,12 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _cpu_cell(results: Sequence[DaskResult], r: DaskResult) -> str:
+    """The CPU per unit of work, median (min-max), with its unit; blank without one."""
+    key = cpu_metric(r)
+    return "" if key is None else f"{h.format_spread(r.values(key), h.format_number)} {CPU_METRICS[r.workload][1]}"
+
+
 def _switches_cell(r: DaskResult) -> str:
     """The busy worker's loop-thread voluntary context switches per RPC (median), or blank."""
     median = r.median("switches_per_rpc") if r.repeats else None
@@ -922,20 +1040,19 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         p.add_argument(
             "--workload",
             type=h.csv(h.choice("workload", WORKLOADS)),
-            default=list(WORKLOADS),
-            help=f"comma list (default: all: {','.join(WORKLOADS)};"
+            help=f"comma list (default: all: {','.join(WORKLOADS)}; with --netpath {','.join(NETPATH_WORKLOADS)};"
             f" the tls pair runs {','.join(PAIR_WORKLOADS['tls'])})",
         )
         p.add_argument(
             "--pair",
             type=h.csv(h.choice("pair", PAIRS)),
-            default=["tcp", "tls"],
             help="protocol pairs: tcp (tcp:// vs readinto://), tls (tls:// vs readinto-tls://), switch"
             " (stock tcp:// vs tcp:// with the switch on in every process), switch-tls (the same for tls://),"
             " switch-sink / switch-source (a stock scheduler and client with only the fetching / the serving worker"
             " switched, against the same cluster with neither switched, tcp+spec: transfers between a switched"
-            " and a stock process); default tcp,tls",
+            f" and a stock process); default tcp,tls (with --netpath {','.join(NETPATH_DEFAULT_PAIRS)})",
         )
+        netpath.add_argument(p)
         p.add_argument("--warmup", type=int, default=1, help="untimed repeats per protocol first (default: 1)")
         p.add_argument("--rpc", type=h.positive_int, default=2000, help="RPC round trips per repeat (default: 2000)")
         p.add_argument("--tasks", type=h.positive_int, default=20_000, help="trivial tasks per repeat (default: 20000)")
@@ -1021,6 +1138,20 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
             p.error("sizes too small")
         args.env = dict(args.env or ())
+        if args.netpath is None:
+            args.workload = args.workload or list(WORKLOADS)
+            args.pair = args.pair or ["tcp", "tls"]
+            return
+        args.workload = args.workload or list(NETPATH_WORKLOADS)
+        args.pair = args.pair or list(NETPATH_DEFAULT_PAIRS)
+        for what, given, runnable, why in (
+            ("workload", args.workload, NETPATH_WORKLOADS, "the others' bytes do not go one way across a path"),
+            ("pair", args.pair, NETPATH_PAIRS, "the TLS pairs' throwaway certificate names 127.0.0.1"),
+        ):
+            refused = [name for name in given if name not in runnable]
+            if refused:
+                p.error(f"--netpath runs the {what}s {', '.join(runnable)} only, not {', '.join(refused)}: {why}")
+        netpath.check_argument(args, p)
 
     def run_cases(self, args: argparse.Namespace) -> list[DaskResult]:
         # P2P logs every shuffle's start and end at WARNING from the scheduler (in
@@ -1034,21 +1165,37 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             f"median (min-max) over {repeats}, protocols alternating; x baseline: readinto's median over"
             " tcp's (tls's for readinto-tls)\nin the same workload, inverted for times, so >1 means readinto"
             " is faster.\n- baseline: for the heartbeat delay, which can be zero or negative, readinto's median minus"
-            " its baseline's instead of a ratio."
+            " its baseline's instead of a ratio.\nWith --netpath: path: loopback, or mtuN (a veth pair of MTU N between"
+            " two network namespaces), @RATE: tc tbf on both ends;\nCPU: the CPU time of the two ends of the"
+            " bytes (scheduler + client per RPC, workers a + b per GB moved), from /proc;\nCPU x base: the"
+            " baseline's CPU over readinto's (>1: readinto spends less)."
         )
 
     def label(self, r: DaskResult) -> str:
-        return f"{r.workload} {r.protocol}"
+        return f"{r.workload} {r.protocol}" + (f" over {r.path}" if r.path != netpath.LOOPBACK.name else "")
 
     def group(self, r: DaskResult) -> Hashable:
-        return (r.workload, r.baseline)
+        return (r.workload, r.baseline, r.path)
 
     def skip_label(self, r: DaskResult) -> str:
         return r.workload
 
     def describe(self, r: DaskResult) -> dict[str, Any]:
+        cpu = cpu_metric(r)
         return {"metric": r.metric.label, "higher_is_better": r.metric.higher_is_better,
-                "compared_by": "difference" if r.metric.by_difference else "ratio"}  # fmt: skip
+                "compared_by": "difference" if r.metric.by_difference else "ratio",
+                **({cpu: r.summary(cpu)} if cpu else {})}  # fmt: skip
+
+    def table_columns(self, results: Sequence[DaskResult]) -> Sequence[h.Column[DaskResult]]:
+        """With ``--netpath``: the path (off loopback) and the CPU per unit of work, and its ratio."""
+        columns = netpath.with_column(self.columns, results, after="protocol")
+        if not any(cpu_metric(r) for r in results):
+            return columns
+        return [
+            *columns,
+            h.Column("CPU", _cpu_cell),
+            h.Column("CPU x base", lambda rs, r: h.format_ratio(cpu_ratio(rs, r))),
+        ]
 
     def meta(self, args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         return {
@@ -1080,27 +1227,30 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "busy_count": args.busy_count,
             "busy_worker": {"n_workers": 1, "threads_per_worker": BUSY_WORKER_THREADS, "fresh_cluster": True},
             "transfer_cold": {"n_workers": 2, "threads_per_worker": 1, "fresh_cluster": True},
+            "netpath": None if args.netpath is None else [spec.name for spec in args.netpath],
+            "netpath_processes": None if args.netpath is None else NETPATH_PROCESSES,
         }
 
     def plot(self, results: Sequence[DaskResult], path: str) -> None:
         """One panel per workload and pair: a bar per protocol (median, min-max
         whiskers), the ratio in the title."""
         ok = [r for r in results if r.ok]
-        panels = list(dict.fromkeys((r.workload, r.baseline) for r in ok))
+        panels = list(dict.fromkeys((r.workload, r.baseline, r.path) for r in ok))
         ncols = min(4, max(1, len(panels)))
         nrows = max(1, math.ceil(len(panels) / ncols))
         colours = {"tcp": "tab:gray", "tls": "tab:gray", "readinto": "tab:blue", "readinto-tls": "tab:blue"}
         with plots.figure(path, nrows, ncols, (3.4 * ncols, 3.2 * nrows)) as (fig, axes):
             for ax in axes.flat[len(panels) :]:
                 ax.axis("off")
-            for ax, (workload, baseline) in zip(axes.flat, panels):
-                group = [r for r in ok if (r.workload, r.baseline) == (workload, baseline)]
+            for ax, (workload, baseline, path) in zip(axes.flat, panels):
+                group = [r for r in ok if (r.workload, r.baseline, r.path) == (workload, baseline, path)]
                 for x, r in enumerate(group):
                     plots.bars(ax, [(x, r)], "value", 0.8, color=colours.get(r.protocol, "tab:orange"))
                 ax.set_xticks(range(len(group)))
                 ax.set_xticklabels([r.protocol for r in group])
                 ratios = [ratio(results, r) for r in group]
-                ax.set_title(workload + "".join(f"  {x:.2f}x" for x in ratios if x is not None))
+                title = workload + (f" over {path}" if path != netpath.LOOPBACK.name else "")
+                ax.set_title(title + "".join(f"  {x:.2f}x" for x in ratios if x is not None))
                 metric = metric_of(workload)
                 ax.set_ylabel(metric.label + ("" if metric.higher_is_better else " (lower is better)"))
                 ax.grid(axis="y", alpha=0.3)

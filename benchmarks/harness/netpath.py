@@ -258,6 +258,11 @@ class NetPath:
         """The address the server binds and the client connects to."""
         return LOOPBACK_HOST if self.spec.loopback else SERVER_ADDRESS
 
+    @property
+    def client_host(self) -> str:
+        """The client's address: where a process in its namespace listens, if it does."""
+        return LOOPBACK_HOST if self.spec.loopback else CLIENT_ADDRESS
+
     def server_prefix(self) -> list[str]:
         """Put before a command's argv to run it in the server's namespace."""
         return _exec_prefix(self.server_ns)
