@@ -560,6 +560,48 @@ def echo_table(res: Results) -> str:
                        res, "echo-twocpu.json", "echo-onecpu.json")
 
 
+DASK_NETPATH = "dask-netpath.json"
+DASK_NETPATHS = ("loopback", "mtu1500", "mtu9000", "mtu1500@1gbit")
+DASK_NETPATH_WORKLOADS = {"rpc": ("client-scheduler RPC", "cpu_us_per_rpc"),
+                          "transfer": ("8 x 64 MiB, worker to worker", "cpu_s_per_gb")}
+
+
+def dask_path_entries(res: Results, workload: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The switched row of ``workload`` on ``path`` and its stock baseline."""
+    data = res.json(DASK_NETPATH)
+    return (pick(data, workload=workload, protocol="tcp+switch", path=path),
+            pick(data, workload=workload, protocol="tcp", path=path))
+
+
+def dask_path_ratio(workload: str, path: str, metric: str) -> Callable[[Results], Figure]:
+    """The switch against stock tcp:// on ``path``: the rate (``value``,
+    above 1: faster) or the CPU per unit of work (above 1: cheaper)."""
+    def get(res: Results) -> Figure:
+        mine, base = dask_path_entries(res, workload, path)
+        return ratio(mine, base, metric, DASK_NETPATH, lower_is_better=metric != "value")
+    return get
+
+
+FIGURES.update({
+    f"dasknet.{path}.{wl}.{key}": dask_path_ratio(wl, path, metric)
+    for path in DASK_NETPATHS for wl, (_, cpu) in DASK_NETPATH_WORKLOADS.items()
+    for key, metric in (("rate", "value"), ("cpu", cpu))
+})
+
+
+def dask_netpath_table(res: Results) -> str:
+    """dask over the switch against stock tcp:// per network path: the
+    rate, and the CPU per unit of work of the processes at the ends."""
+    rows = []
+    for wl, (label, _) in DASK_NETPATH_WORKLOADS.items():
+        for key, what in (("rate", "rate"), ("cpu", "CPU saved")):
+            cells = [f"{label}, {what}"]
+            cells += [figure(res, f"dasknet.{path}.{wl}.{key}").with_spread for path in DASK_NETPATHS]
+            rows.append(cells)
+    header = ("tcp:// switched against stock", *DASK_NETPATHS)
+    return with_source(simple_table(header, rows), res, DASK_NETPATH)
+
+
 LOAD_NETPATH = "load-netpath.json"
 LOAD_NETPATHS = ("loopback", "mtu1500", "mtu9000")
 LOAD_NETPATH_SERVERS = ("stock", "readinto", "framed-pool", "asyncio-streams", "asyncio-protocol")
@@ -644,6 +686,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "echo.rst": echo_table,
     "netpath.rst": netpath_table,
     "load-netpath.rst": load_netpath_table,
+    "dask-netpath.rst": dask_netpath_table,
     "10k.rst": tenk_table,
 }
 
