@@ -21,7 +21,8 @@ try:
     import msgpack
 except ImportError as exc:  # an optional dependency since 0.1: the "comm" extra
     raise ImportError(
-        f"tornado_readinto.comm needs msgpack ({exc}); install it with: pip install msgpack (the package's 'comm' extra)"
+        f"tornado_readinto.comm needs msgpack ({exc}); "
+        "install it with: pip install msgpack (the package's 'comm' extra)"
     ) from exc
 
 from .allocators import _get_numpy
