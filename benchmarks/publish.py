@@ -192,14 +192,15 @@ def measured(entry: dict[str, Any], metric: str, source: str, unit: str) -> Figu
 BUSY_SHAPE = "arith"
 
 
-def dask_entries(data: Any, workload: str, protocol: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The row of ``protocol`` and the row of its baseline, in the same pair."""
+def dask_entries(data: Any, workload: str, protocol: str, **where: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The row of ``protocol`` and the row of its baseline, in the same pair,
+    both also matching ``where`` (a ``path``, say)."""
     name = workload
     if name.startswith("busy-worker-") and not any(e.get("workload") == name for e in data["results"]):
         name = f"{name}[{BUSY_SHAPE}]"  # the workload names each row after its task shape
-    mine = pick(data, workload=name, protocol=protocol)
+    mine = pick(data, workload=name, protocol=protocol, **where)
     more = {"pair": mine["pair"]} if "pair" in mine else {}
-    return mine, pick(data, workload=name, protocol=mine["baseline"], **more)
+    return mine, pick(data, workload=name, protocol=mine["baseline"], **more, **where)
 
 
 def dask_ratio(file: str, workload: str, protocol: str = "readinto") -> Callable[[Results], Figure]:
@@ -475,7 +476,7 @@ def dask_busy_table(res: Results) -> str:
     file = "dask-busy.json"
     data = res.json(file)
     rows = []
-    cases = [("rpc", "RPCs/s to an idle worker", "busy.idle-rpc")]
+    cases: list[tuple[str, str, str | None]] = [("rpc", "RPCs/s to an idle worker", "busy.idle-rpc")]
     for shape in BUSY_SHAPES:
         cases += [(f"busy-worker-rpc[{shape}]", f"RPCs/s to the busy worker, {shape}", None),
                   (f"busy-worker-fetch[{shape}]", f"a 64 MiB fetch from it, {shape}, s", None)]
@@ -566,18 +567,11 @@ DASK_NETPATH_WORKLOADS = {"rpc": ("client-scheduler RPC", "cpu_us_per_rpc"),
                           "transfer": ("8 x 64 MiB, worker to worker", "cpu_s_per_gb")}
 
 
-def dask_path_entries(res: Results, workload: str, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The switched row of ``workload`` on ``path`` and its stock baseline."""
-    data = res.json(DASK_NETPATH)
-    return (pick(data, workload=workload, protocol="tcp+switch", path=path),
-            pick(data, workload=workload, protocol="tcp", path=path))
-
-
 def dask_path_ratio(workload: str, path: str, metric: str) -> Callable[[Results], Figure]:
     """The switch against stock tcp:// on ``path``: the rate (``value``,
     above 1: faster) or the CPU per unit of work (above 1: cheaper)."""
     def get(res: Results) -> Figure:
-        mine, base = dask_path_entries(res, workload, path)
+        mine, base = dask_entries(res.json(DASK_NETPATH), workload, "tcp+switch", path=path)
         return ratio(mine, base, metric, DASK_NETPATH, lower_is_better=metric != "value")
     return get
 
@@ -606,12 +600,14 @@ LOAD_NETPATH = "load-netpath.json"
 LOAD_NETPATHS = ("loopback", "mtu1500", "mtu9000")
 LOAD_NETPATH_SERVERS = ("stock", "readinto", "framed-pool", "asyncio-streams", "asyncio-protocol")
 FIGURES.update({
-    f"loadpath.{path}.{server}.{loop}.{key}": get(LOAD_NETPATH, server, loop, path)
+    f"loadpath.{path}.{server}.{loop}.us":
+        load_value(LOAD_NETPATH, server, loop, "loop_cpu_us_per_msg", "us", path=path)
     for path in LOAD_NETPATHS for server in LOAD_NETPATH_SERVERS for loop in LOOPS
-    for key, get in (
-        ("us", lambda f, s, lp, p: load_value(f, s, lp, "loop_cpu_us_per_msg", "us", path=p)),
-        ("x-streams", lambda f, s, lp, p: load_ratio(f, s, lp, "asyncio-streams", path=p)),
-    )
+})
+FIGURES.update({
+    f"loadpath.{path}.{server}.{loop}.x-streams":
+        load_ratio(LOAD_NETPATH, server, loop, "asyncio-streams", path=path)
+    for path in LOAD_NETPATHS for server in LOAD_NETPATH_SERVERS for loop in LOOPS
 })
 
 

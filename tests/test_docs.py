@@ -134,30 +134,24 @@ def test_check_fails_when_a_result_file_changes_under_a_published_figure(publish
     assert not any("http.rst" in p or "load.rst" in p for p in problems), joined
 
 
+def _scale(path: Path, metric: str, factor: float, **where: Any) -> None:
+    """Multiply ``metric`` in every repeat of the results of ``path`` whose
+    fields equal ``where``, in place."""
+    data = json.loads(path.read_text())
+    for entry in data["results"]:
+        if all(entry[k] == v for k, v in where.items()):
+            for repeat in entry["repeats"]:
+                repeat[metric] *= factor
+    path.write_text(json.dumps(data))
+
+
 @needs_results
 def test_check_fails_for_each_kind_of_result_file(published: tuple[Path, Path]) -> None:
     """A changed figure is found whichever suite's file it is in."""
     root, results = published
-    http = results / "http.json"
-    data = json.loads(http.read_text())
-    for entry in data["results"]:
-        if entry["impl"] == "readinto" and entry["case"] == "post":
-            for repeat in entry["repeats"]:
-                repeat["requests"] *= 2
-    http.write_text(json.dumps(data))
-    load = results / publish.LOAD
-    data = json.loads(load.read_text())
-    for entry in data["results"]:
-        if entry["server"] == "readinto":
-            for repeat in entry["repeats"]:
-                repeat["loop_cpu_us_per_msg"] *= 0.5
-    load.write_text(json.dumps(data))
-    idle = results / publish.IDLE
-    data = json.loads(idle.read_text())
-    for entry in data["results"]:
-        for repeat in entry["repeats"]:
-            repeat["per_connection"] *= 2
-    idle.write_text(json.dumps(data))
+    _scale(results / "http.json", "requests", 2, impl="readinto", case="post")
+    _scale(results / publish.LOAD, "loop_cpu_us_per_msg", 0.5, server="readinto")
+    _scale(results / publish.IDLE, "per_connection", 2)
     problems = "\n".join(publish.check(publish.Results(results), root))
     assert "docs/_generated/http.rst" in problems
     assert "docs/_generated/load.rst" in problems and "docs/_generated/10k.rst" in problems
