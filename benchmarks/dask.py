@@ -76,6 +76,7 @@ from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
 from benchmarks.harness import check, netpath
 from benchmarks.harness import plot as plots
+from benchmarks.harness.cpu import host_reported_kib
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).  A protocol
 #: ending in `SWITCHED` is distributed's own scheme with the switch on
@@ -423,10 +424,12 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     client, (source, sink) = side.client, side.workers
     arrays, first = side.state.pop("arrays"), side.state.pop("first")
     keys = {str(a.key) for a in arrays}
+    reported = host_reported_kib()
     started = time.perf_counter()
     sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
     values = client.gather(sums)
     elapsed = time.perf_counter() - started
+    reported = _delta_mib(reported, host_reported_kib())
     _check_checksums(values, first, args.transfer_size)
     log = client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log), workers=[sink])[sink]
     mine = [e for e in log if e["who"] == source and keys & {str(k) for k in e["keys"]}]
@@ -440,7 +443,15 @@ def rep_transfer(side: Side, args: argparse.Namespace) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "nbytes": len(keys) * args.transfer_size,
         "transfers": len(mine),
+        "host_reported_mib": reported,
     }
+
+
+def _delta_mib(before_kib: int | None, after_kib: int | None) -> float | None:
+    """MiB of free memory handed to the host between two `host_reported_kib`
+    readings (None where the kernel does not count them).  A repeat in
+    which it is not 0 paid a host round trip for some of its fresh pages."""
+    return None if before_kib is None or after_kib is None else (after_kib - before_kib) / 1024
 
 
 def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
@@ -454,15 +465,17 @@ def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     if args.pretouch:
         client.run(pretouch, len(arrays) * args.transfer_size, workers=[sink])
     times_before = client.run(os.times, workers=[sink])[sink]
+    reported = host_reported_kib()
     started = time.perf_counter()
     sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
     values = client.gather(sums)
     elapsed = time.perf_counter() - started
+    reported = _delta_mib(reported, host_reported_kib())
     times_after = client.run(os.times, workers=[sink])[sink]
     _check_checksums(values, first, args.transfer_size)
     nbytes = len(values) * args.transfer_size
     return {"value": nbytes / elapsed / GB, "elapsed_s": elapsed, "nbytes": nbytes, "count": len(values),
-            "worker_env": side.worker_env, "pretouch": args.pretouch,
+            "worker_env": side.worker_env, "pretouch": args.pretouch, "host_reported_mib": reported,
             # the receiving worker's CPU seconds per GiB received: kernel time
             # is where fresh pages are paid for (see `pretouch`)
             "sink_user_s_per_gib": (times_after[0] - times_before[0]) / (nbytes / 2**30),

@@ -19,6 +19,7 @@ from benchmarks import dask_busyworker as busy  # noqa: E402
 from benchmarks import harness as h  # noqa: E402
 from benchmarks.dask import SUITE, DaskResult, _square, ratio  # noqa: E402
 from benchmarks.harness import alternation  # noqa: E402
+from benchmarks.harness.cpu import host_reported_kib  # noqa: E402
 
 
 def make_result(workload: str, protocol: str, baseline: str, values: list[float], **kw: Any) -> DaskResult:
@@ -344,6 +345,22 @@ def test_bench_dask_transfer_cold_pretouch_tiny_real_run(tmp_path: Path) -> None
         (repeat,) = r["repeats"]
         assert repeat["pretouch"] is True
         assert repeat["sink_user_s_per_gib"] >= 0 and repeat["sink_sys_s_per_gib"] >= 0
+        # this machine's kernel either counts what it hands back to the host or does not
+        assert (repeat["host_reported_mib"] is None) == (host_reported_kib() is None), repeat
+
+
+def test_bench_dask_host_reported_kib_reads_the_counter(tmp_path: Path) -> None:
+    """`host_reported_kib`: the number in the page-reporting counter file,
+    None where the file is missing or not a number; `_delta_mib` turns two
+    readings into MiB handed back between them, None if either is None."""
+    counter = tmp_path / "reported_kib"
+    counter.write_text("524434448\n")
+    assert host_reported_kib(str(counter)) == 524434448
+    assert host_reported_kib(str(tmp_path / "missing")) is None
+    counter.write_text("Y\n")
+    assert host_reported_kib(str(counter)) is None
+    assert bench._delta_mib(1024, 3072) == 2.0
+    assert bench._delta_mib(None, 3072) is None and bench._delta_mib(1024, None) is None
 
 
 def test_bench_dask_pretouch_makes_the_memory_resident() -> None:

@@ -12,6 +12,10 @@ one way to read a thread's.
 * `steal_s`: CPU seconds the hypervisor ran something else while this
   machine's CPUs had work (``steal`` of ``/proc/stat``): on a VM, what makes
   a window's CPU per message move with the host's load, not the code's.
+* `host_reported_kib`: KiB of free memory the guest kernel has handed back
+  to the host so far (virtio-balloon free page reporting): the next first
+  touch of such memory costs a host round trip, so a window in which it
+  rises pays for fresh pages that another window did not.
 * `process_usage`: this process's ``getrusage`` counters (CPU, minor page
   faults, context switches) for the profiles that need more than CPU time.
 
@@ -86,4 +90,19 @@ def steal_s(path: str = "/proc/stat") -> float | None:
             line = f.readline().split()
         return int(line[8]) / os.sysconf("SC_CLK_TCK") if line[0] == b"cpu" else None
     except (OSError, ValueError, IndexError):
+        return None
+
+
+#: The free-page-reporting counter of kernels that export it.
+REPORTED_KIB_PATH = "/sys/module/page_reporting/parameters/reported_kib"
+
+
+def host_reported_kib(path: str = REPORTED_KIB_PATH) -> int | None:
+    """KiB of free memory this machine's kernel has reported to the host
+    (virtio-balloon free page reporting) so far, or None where the kernel
+    does not export the count (not a VM, or no reporting)."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
         return None
