@@ -46,20 +46,20 @@ def count_tornado_dispatch(io_loop):
     return calls
 
 
-def count_read_events(stream):
-    """Count the READ events the stream handles from now on, whichever way
-    they come (both call its ``_readable``; the core runs a plain stream's
-    events itself unless told its face handles them, as a TLS face does)."""
-    calls = [0]
-    readable = stream._readable
+def counting_class(stream_class):
+    """A subclass of ``stream_class`` that counts the READ events each
+    stream handles, whichever way they come (both call its ``_readable``; a
+    class with its own ``_readable`` has its core hand READ events to the
+    face, as a TLS face does: settled when the stream is made)."""
 
-    def counting():
-        calls[0] += 1
-        readable()
+    class Counting(stream_class):
+        read_events = 0
 
-    stream._readable = counting
-    stream._core.plain_events = False
-    return calls
+        def _readable(self):
+            self.read_events += 1
+            super()._readable()
+
+    return Counting
 
 
 def keep_socket_open(stream):
@@ -116,20 +116,21 @@ def test_direct_read_events_skip_tornados_dispatch(loop_name, stream_class, tls_
     async def main():
         io_loop = IOLoop.current()
         tornado_calls = count_tornado_dispatch(io_loop)
+        counting = counting_class(stream_class)
         if stream_class is SSLReadIntoIOStream:
             server_ctx, client_ctx = tls_contexts
-            server, client = await stream_pair(stream_class, server_ssl=server_ctx, client_ssl=client_ctx)
+            server, client = await stream_pair(counting, server_ssl=server_ctx, client_ssl=client_ctx)
         else:
-            server, client = await stream_pair(stream_class)
+            server, client = await stream_pair(counting)
         try:
             assert server._read_loop is io_loop.asyncio_loop
-            events = count_read_events(server)
+            assert not server._core.plain_events
             await server.write(b"registers nothing: sent at once")  # (a TLS stream is registered already)
             await client.read_bytes(31)
             # READ is not registered yet on a plain stream: the first read
             # registers it (Tornado's add_handler, then our add_reader).
             await echo_messages(server, client, MESSAGES)
-            assert events[0] >= MESSAGES
+            assert server.read_events >= MESSAGES
             assert tornado_calls[READ] == 0, tornado_calls
         finally:
             server.close()

@@ -7,13 +7,13 @@ from tornado_readinto._streamcore cimport StreamCore
 
 
 cdef class FaceCore(StreamCore):
-    # -- set by the face once --
-    cdef public object face                   # the ReadIntoIOStream
-    cdef public object loop                   # its asyncio loop
-    cdef public bint eager                    # waiting reads get an _EagerReadFuture
-    cdef public bint eager_contended          # ...also once the GIL was seen contended (a permission)
-    cdef public bint plain_events             # the face's _readable/_writable are the plain ones
-    cdef public bint drops_on_error           # the loop may stop watching the fd after an error event
+    # -- settled in __init__ --
+    cdef readonly object face                 # the ReadIntoIOStream
+    cdef readonly object loop                 # its asyncio loop
+    cdef readonly bint eager                  # waiting reads get an _EagerReadFuture
+    cdef readonly bint eager_contended        # ...also once the GIL was seen contended (a permission)
+    cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
+    cdef readonly bint drops_on_error         # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --
     cdef public object read_future            # _read_future: a Future or None
     cdef public object state                  # _state: None or the registered events (an int)

@@ -151,25 +151,37 @@ class FaceCore(StreamCore):
         "done_cb",
     )
 
-    def __init__(self, *, short_read_drains: bool = True, tls_record_nbytes: int = 0) -> None:
-        super().__init__(short_read_drains=short_read_drains, tls_record_nbytes=tls_record_nbytes)
+    def __init__(
+        self,
+        face: Any = None,
+        loop: Any = None,
+        *,
+        eager: bool = False,
+        eager_contended: bool = True,
+        plain_events: bool = True,
+        drops_on_error: bool = False,
+        **stream_options: Any,
+    ) -> None:
+        """``face`` and ``loop``, the four options below, and `StreamCore`'s
+        (``stream_options``): all settled here, once."""
+        super().__init__(**stream_options)
         #: The `ReadIntoIOStream` this is the core of.
-        self.face: Any = None
+        self.face: Any = face
         #: Its asyncio loop (given to every Future made here).
-        self.loop: Any = None
+        self.loop: Any = loop
         #: Reads that wait get an `_EagerReadFuture` (asyncio's own loop).
-        self.eager = False
+        self.eager = eager
         #: They also get one once the GIL was seen contended in the process
-        #: (set by the face: where at least two threads can run at once).
-        self.eager_contended = True
+        #: (where at least two threads can run at once).
+        self.eager_contended = eager_contended
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
-        self.plain_events = True
+        self.plain_events = plain_events
         #: The loop may stop watching the socket after an error event, once
         #: it ran the READ callback (uvloop's ``add_reader``: a poll handle
         #: that saw ``EPOLLERR`` runs its reader once more, then closes), so a
         #: READ event receives until EAGAIN, EOF or the error (`readable_event`).
-        self.drops_on_error = False
+        self.drops_on_error = drops_on_error
         #: Tornado's ``_read_future``: the pending read's Future, or None.
         self.read_future: Any = None
         #: Tornado's ``_state``: the events registered with the IOLoop, or None.

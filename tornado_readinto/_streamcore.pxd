@@ -63,14 +63,14 @@ cpdef bint lowat_applies(object sock) except -1
 
 
 cdef class StreamCore(ReadCore):
-    # -- the socket --
-    cdef public object sock                   # socket.socket, or None (TLS: unused)
-    cdef public int fd                        # its fd for the native calls (with own_socket_io), or -1
+    # -- the socket (readonly: settled in __init__) --
+    cdef readonly object sock                 # socket.socket, or None (TLS: unused)
+    cdef readonly int fd                      # its fd for the native calls (with own_socket_io), or -1
     cdef public Py_ssize_t untimed            # native calls left before a timed one (PROBE_EVERY)
-    cdef public bint gather                   # send with sendmsg (else write_to_fd per segment)
-    cdef public bint short_read_drains        # a short recv proves the socket empty (not TLS)
-    cdef public Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
-    cdef public bint own_socket_io            # _gilheld's calls may replace the socket's own
+    cdef readonly bint gather                 # send with sendmsg (else write_to_fd per segment)
+    cdef readonly bint short_read_drains      # a short recv proves the socket empty (not TLS)
+    cdef readonly Py_ssize_t tls_record_nbytes# TLS: a receive shorter than this and asked drained it; else 0
+    cdef readonly bint own_socket_io          # _gilheld's calls may replace the socket's own
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
     cdef public bint readable_hint            # False only after a recv proved the socket empty
@@ -78,8 +78,8 @@ cdef class StreamCore(ReadCore):
     cdef public bint unconfirmed              # a READ event ended so; no receive or send since (see drops_on_error)
     cdef public double drained_at             # perf_counter() of that proof, or of the last write
     cdef public Py_ssize_t nbytes_received
-    cdef public object busy_poll              # BusyPoll or None
-    cdef public bint lowat_ok                 # large waits may set SO_RCVLOWAT (plain TCP on Linux)
+    cdef readonly object busy_poll            # BusyPoll or None
+    cdef readonly bint lowat_ok               # large waits may set SO_RCVLOWAT (plain TCP on Linux)
     cdef public Py_ssize_t rcvlowat           # the SO_RCVLOWAT set last (1: the default)
     cdef public Py_ssize_t wait_nbytes        # bytes the pending read surely needs after the last receive
     # -- the write queue and the cork --
@@ -87,11 +87,11 @@ cdef class StreamCore(ReadCore):
     cdef public Py_ssize_t write_index        # bytes ever queued (Tornado's _total_write_index)
     cdef public Py_ssize_t done_index         # bytes ever sent (Tornado's _total_write_done_index)
     cdef public Py_ssize_t cork_nbytes        # bytes at the end of the queue held by the cork
-    # -- callbacks into the face --
+    # -- callbacks into the face (readonly but read_from_fd, which Tornado's tests replace) --
     cdef public object read_from_fd           # (view) -> int | None, or None: recv_plain
-    cdef public object write_to_fd            # (view) -> int, for sockets without sendmsg
-    cdef public object close                  # (exc_info) -> None
-    cdef public object fail                   # (error, where) -> bool: the face's error policy
+    cdef readonly object write_to_fd          # (view) -> int, for sockets without sendmsg
+    cdef readonly object close                # (exc_info) -> None
+    cdef readonly object fail                 # (error, where) -> bool: the face's error policy
 
     # Incoming flow.
     cpdef bint proved_empty(self, bint read_registered)

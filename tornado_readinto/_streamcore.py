@@ -319,7 +319,16 @@ class StreamCore(ReadCore):
         read_chunk_size: int = DEFAULT_READ_CHUNK_SIZE,
         max_buffer_size: int = DEFAULT_MAX_BUFFER_SIZE,
         direct_min_nbytes: int = DIRECT_READ_MIN_NBYTES,
+        busy_poll: BusyPoll | None = None,
+        read_from_fd: Callable[[memoryview], int | None] | None = None,
+        write_to_fd: Callable[[memoryview], int] | None = None,
+        close: Callable[[Any], None] | None = None,
+        fail: Callable[[BaseException, str], bool] | None = None,
     ) -> None:
+        """Every option is settled here, once: the stream's owner passes
+        them all (`tornado_readinto.iostream` does), and none is assigned
+        from outside afterwards (the receive hook ``read_from_fd`` alone may
+        be replaced, as Tornado's tests do)."""
         super().__init__(read_chunk_size, max_buffer_size, direct_min_nbytes)
         #: The socket (plain streams receive and send on it directly; None
         #: only for a TLS stream's core, or once start_tls took the socket).
@@ -355,7 +364,7 @@ class StreamCore(ReadCore):
         #: Bytes received so far.
         self.nbytes_received = 0
         #: The busy-poll policy told when a read parks, or None.
-        self.busy_poll: BusyPoll | None = None
+        self.busy_poll: BusyPoll | None = busy_poll
         #: Large waits may set ``SO_RCVLOWAT`` (a plain TCP socket on Linux).
         self.lowat_ok = short_read_drains and lowat_applies(sock)
         #: The ``SO_RCVLOWAT`` this core set last (1: the kernel's default).
@@ -372,14 +381,23 @@ class StreamCore(ReadCore):
         #: Bytes at the end of the write queue that the cork holds back.
         self.cork_nbytes = 0
         #: The face's receive, or None: `recv_plain` on ``sock``.
-        self.read_from_fd: Callable[[memoryview], int | None] | None = None
+        self.read_from_fd: Callable[[memoryview], int | None] | None = read_from_fd
         #: The face's send of one segment (streams without ``sendmsg``).
-        self.write_to_fd: Callable[[memoryview], int] | None = None
+        self.write_to_fd: Callable[[memoryview], int] | None = write_to_fd
         #: Closes the stream (the face's ``close(exc_info)``).
-        self.close: Callable[[Any], None] = _no_close
+        self.close: Callable[[Any], None] = _no_close if close is None else close
         #: The face's error policy: ``fail(error, where)`` logs, records the
         #: error and closes the stream.
-        self.fail: Callable[[BaseException, str], bool] = _no_fail
+        self.fail: Callable[[BaseException, str], bool] = _no_fail if fail is None else fail
+
+    def detach_socket(self) -> None:
+        """The socket now belongs to another stream (``start_tls``): this
+        core is closed and never touches it again."""
+        self.closed = True
+        self.sock = None  # type: ignore[assignment]
+        self.own_socket_io = False
+        self.lowat_ok = False
+        self.fd = -1
 
     # -- Incoming flow ----------------------------------------------------------
 
@@ -780,4 +798,3 @@ class StreamCore(ReadCore):
             if _gilheld.stalled(end - start, sent):
                 _gilheld.note_stall(end)
         return sent
-

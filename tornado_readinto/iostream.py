@@ -61,7 +61,7 @@ from tornado.platform.asyncio import BaseAsyncIOLoop
 from . import _cpus, _gilheld, busypoll
 from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
-from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES, lowat_applies
+from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -199,58 +199,65 @@ class ReadIntoIOStream(IOStream):
         #: Base busy-poll budget of a pending read that parks (0: never spin);
         #: adaptive, see `tornado_readinto.busypoll`.
         self.busy_poll_s = busy_poll_s
-        # Made first: BaseIOStream.__init__ sets the sizes, the write queue
-        # and the state it keeps (properties below, over the core's fields).
-        self._core = core = FaceCore(
-            short_read_drains=self._short_read_drains, tls_record_nbytes=self._tls_record_nbytes
-        )
-        core.face = self
-        super().__init__(socket, *args, **kwargs)
-        sock = self.socket
+        # Every option of the core is settled here, from the socket and the
+        # current IOLoop (BaseIOStream.__init__ takes the same one), and the
+        # core is made with them before BaseIOStream.__init__ sets the sizes,
+        # the write queue and the state it keeps (properties below, over the
+        # core's fields); nothing assigns a core option afterwards.
+        sock = socket
         gather = self._gather and hasattr(sock, "sendmsg")
-        core.gather = gather
         # The GIL-keeping calls of _gilheld stand in only for a real socket's
         # own C methods, never for a wrapper's or a subclass's overrides.
         sock_type = type(sock)
-        core.own_socket_io = (
+        own_socket_io = (
             _gilheld.AVAILABLE
             and gather
             and sock_type.recv_into is _SOCKET_RECV_INTO
             and sock_type.sendmsg is _SOCKET_SENDMSG
         )
-        core.read_from_fd = self._own_read_from_fd()
-        core.write_to_fd = None if gather else self.write_to_fd
-        # The core receives and sends on the socket itself unless the face
-        # does both (TLS: SSL_read and SSL_write through the ssl object).
-        core.sock = sock if gather or core.read_from_fd is None else None  # type: ignore[assignment]
-        core.fd = sock.fileno() if core.own_socket_io else -1
-        core.lowat_ok = core.short_read_drains and lowat_applies(core.sock)
-        core.close = self.close
-        core.fail = self._fail
-        # set_nodelay applies to TCP sockets only (the family never changes).
-        self._tcp = sock.family in _TCP_FAMILIES
+        read_from_fd = self._own_read_from_fd()
         # The stream's asyncio loop, given to its Futures: a Future made
         # without one looks the running loop up (on Python < 3.12 that is a
         # getpid() syscall per Future).
-        self._loop: asyncio.AbstractEventLoop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
-        core.loop = self._loop
+        loop: asyncio.AbstractEventLoop = ioloop.IOLoop.current().asyncio_loop  # type: ignore[attr-defined]
         # asyncio's own loop is Python: a loop turn saved by an eager wake-up
         # saves more than the wake-up costs, contended or not (uvloop's turn
         # is C: there only a GIL hand-off is worth it).
-        core.eager = isinstance(self._loop, asyncio.BaseEventLoop)
-        # asyncio's own loops watch a socket for as long as its reader is
-        # registered; another (uvloop) may stop after an error event.
-        core.drops_on_error = not core.eager
-        # ...and others (uvloop) once the GIL is seen contended, where two
-        # threads can run at once (see EAGER_CONTENDED_MIN_CPUS).
-        core.eager_contended = _cpus.parallel_cpus() >= EAGER_CONTENDED_MIN_CPUS
-        # The core runs READ and WRITE events itself unless a subclass (TLS)
-        # handles them.
+        eager = isinstance(loop, asyncio.BaseEventLoop)
         cls = type(self)
-        core.plain_events = cls._readable is ReadIntoIOStream._readable and cls._writable is ReadIntoIOStream._writable
+        self._core = FaceCore(
+            self,
+            loop,
+            eager=eager,
+            # ...and others (uvloop) once the GIL is seen contended, where two
+            # threads can run at once (see EAGER_CONTENDED_MIN_CPUS).
+            eager_contended=_cpus.parallel_cpus() >= EAGER_CONTENDED_MIN_CPUS,
+            # The core runs READ and WRITE events itself unless a subclass
+            # (TLS) handles them.
+            plain_events=cls._readable is ReadIntoIOStream._readable and cls._writable is ReadIntoIOStream._writable,
+            # asyncio's own loops watch a socket for as long as its reader is
+            # registered; another (uvloop) may stop after an error event.
+            drops_on_error=not eager,
+            # The core receives and sends on the socket itself unless the
+            # face does both (TLS: SSL_read and SSL_write through the ssl object).
+            sock=sock if gather or read_from_fd is None else None,
+            gather=gather,
+            short_read_drains=self._short_read_drains,
+            tls_record_nbytes=self._tls_record_nbytes,
+            own_socket_io=own_socket_io,
+            busy_poll=BusyPoll(busy_poll_s, spinner_for(loop))
+            if busy_poll_s and busypoll.room_to_spin()  # never on one CPU or under a one-CPU quota
+            else None,
+            read_from_fd=read_from_fd,
+            write_to_fd=None if gather else self.write_to_fd,
+            close=self.close,
+            fail=self._fail,
+        )
+        super().__init__(socket, *args, **kwargs)
+        # set_nodelay applies to TCP sockets only (the family never changes).
+        self._tcp = sock.family in _TCP_FAMILIES
+        self._loop = loop
         self._read_loop = direct_read_loop(self.io_loop)
-        if busy_poll_s and busypoll.room_to_spin():  # never on one CPU or under a one-CPU quota
-            core.busy_poll = BusyPoll(busy_poll_s, spinner_for(self._loop))
 
     def _own_read_from_fd(self) -> Callable[[memoryview], int | None] | None:
         """The receive the core calls instead of its own ``recv_into``: a
@@ -920,11 +927,7 @@ class ReadIntoIOStream(IOStream):
         self.socket = None  # type: ignore[assignment]
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
-        core.closed = True
-        core.sock = None  # type: ignore[assignment]
-        core.own_socket_io = False
-        core.lowat_ok = False
-        core.fd = -1
+        core.detach_socket()
         self._state = None
         sock = ssl_wrap_socket(
             sock,
@@ -1002,4 +1005,3 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
                 if self._closed:
                     return
         ReadIntoIOStream._writable(self)
-
