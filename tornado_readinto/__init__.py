@@ -60,6 +60,7 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 #: The modules that have a compiled build (``setup.py`` compiles the same
 #: ``.py``, typed by the ``.pxd`` beside it, or as it is).
 _COMPILED_MODULES: tuple[str, ...] = (
+    "_emptyproof",
     "_readcore",
     "_streamcore",
     "_facecore",

@@ -320,8 +320,8 @@ class FaceCore(StreamCore):
         state = self.state
         registered = state is not None and state & _READ != 0
         try:
-            if self.readable_hint or not self.proved_empty(registered):
-                self.unconfirmed = False  # whatever this receive ends on shows it
+            if not self.proof.holds(registered):
+                self.proof.unconfirmed = False  # whatever this receive ends on shows it
                 result = self.receive()
                 if result is not PENDING:
                     self.complete(result)
@@ -391,7 +391,7 @@ class FaceCore(StreamCore):
         if self.buffered_nbytes:
             return False
         state = self.state
-        return self.proved_empty(state is not None and state & _READ != 0)
+        return self.proof.holds(state is not None and state & _READ != 0)
 
     def readable_event(self) -> None:
         """A READ event: receive for the pending read (or read ahead).
@@ -410,7 +410,7 @@ class FaceCore(StreamCore):
         event that leaves a read waiting or only reads ahead, or that no
         send follows before the next read; none on asyncio's own loops,
         which never drop a socket."""
-        self.unconfirmed = False  # (this event shows the socket is watched)
+        self.proof.unconfirmed = False  # (this event shows the socket is watched)
         completed = False
         while True:
             try:
@@ -423,10 +423,10 @@ class FaceCore(StreamCore):
             if result is not PENDING:
                 self.complete(result)
                 completed = True
-            if not (self.drops_on_error and self.short_drained) or self.closed:
+            if not (self.drops_on_error and self.proof.short) or self.closed:
                 break
             if completed:  # its waiter reads next, or sends: that confirms
-                self.unconfirmed = True
+                self.proof.unconfirmed = True
                 break
         if result is PENDING and self.read_future is not None and not self.closed and self.park():
             self.face._add_io_state(_WRITE)

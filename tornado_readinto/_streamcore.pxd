@@ -24,7 +24,7 @@
 #         |  CLOSED (closed, eof): nothing is received any more |
 #         +-----------------------------------------------------+
 #
-# The receive (readable_hint, drained_at):
+# The receive (EmptyProof: readable, at):
 #
 #         +-----------+   short recv, or EAGAIN    +--------------+
 #   ----->| READABLE  | -------------------------> | PROVED EMPTY |
@@ -52,6 +52,7 @@
 
 cimport cython
 
+from tornado_readinto._emptyproof cimport EmptyProof
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
@@ -73,10 +74,7 @@ cdef class StreamCore(ReadCore):
     cdef readonly bint own_socket_io          # _gilheld's calls may replace the socket's own
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
-    cdef public bint readable_hint            # False only after a recv proved the socket empty
-    cdef public bint short_drained            # the last receive ended on that proof by a short recv
-    cdef public bint unconfirmed              # a READ event ended so; no receive or send since (see drops_on_error)
-    cdef public double drained_at             # perf_counter() of that proof, or of the last write
+    cdef readonly EmptyProof proof            # the proof that the socket is empty (a heuristic)
     cdef public Py_ssize_t nbytes_received
     cdef readonly object busy_poll            # BusyPoll or None
     cdef readonly bint lowat_ok               # large waits may set SO_RCVLOWAT (plain TCP on Linux)
@@ -94,8 +92,7 @@ cdef class StreamCore(ReadCore):
     cdef readonly object fail                 # (error, where) -> bool: the face's error policy
 
     # Incoming flow.
-    cpdef bint proved_empty(self, bint read_registered)
-    @cython.locals(reading=bint, requested=Py_ssize_t)
+    @cython.locals(reading=bint, requested=Py_ssize_t, proof=EmptyProof)
     cpdef object receive(self)
     cpdef object recv_plain(self, object view)
     cpdef object park(self)

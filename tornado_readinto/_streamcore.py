@@ -31,13 +31,12 @@ Strategy:
   call no other Python function but the socket's and the read core's, so
   that Cython can compile this module in pure-Python mode with a ``.pxd``.
 * A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
-  proves the socket empty: for `DRAINED_VALID_S` after it (or after the
-  stream's last write, whichever is later) a read that has to wait parks
-  without trying the socket.  On TLS, decrypted bytes can sit inside the SSL
-  object, where the selector does not see them; but a TLS receive returns at
-  most one record, so one shorter than asked and shorter than a full record
-  (`TLS_RECORD_NBYTES`) emptied the SSL object at the end of the peer's
-  write, and proves the same.
+  proves the socket empty for a while (`tornado_readinto._emptyproof`): a
+  read that has to wait then parks without trying the socket.  On TLS,
+  decrypted bytes can sit inside the SSL object, where the selector does
+  not see them; but a TLS receive returns at most one record, so one shorter
+  than asked and shorter than a full record (`TLS_RECORD_NBYTES`) emptied
+  the SSL object at the end of the peer's write, and proves the same.
 * A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
   buffer sets the socket's ``SO_RCVLOWAT`` to `RCVLOWAT_NBYTES` (plain TCP
   on Linux 4.18+), so that the loop wakes once per that many bytes instead
@@ -68,6 +67,7 @@ from time import perf_counter
 from typing import Any, Callable, Final
 
 from . import _gilheld
+from ._emptyproof import DRAINED_VALID_S, EmptyProof
 from ._readcore import (
     _INTO,
     DEFAULT_MAX_BUFFER_SIZE,
@@ -105,13 +105,6 @@ def _iov_max() -> int:
 
 #: Buffers per ``sendmsg``: the kernel's limit (1024 on Linux).
 IOV_MAX: Final = _iov_max()
-
-#: How long a short ``recv`` proves a plain socket empty.  A read that starts
-#: later tries ``recv`` before waiting for the event loop: when the loop thread
-#: was held up this long (by a thread holding the GIL: a hand-off takes up to
-#: the 5 ms switch interval), the peer has most likely answered, and a read
-#: completed inline costs no poll, no parked Future and no extra loop turn.
-DRAINED_VALID_S: Final = 1e-3  # seconds
 
 #: The most plaintext bytes of one TLS record (TLS 1.2 and 1.3: 2**14).  A
 #: receive through the ``ssl`` module returns at most one record (OpenSSL
@@ -287,10 +280,7 @@ class StreamCore(ReadCore):
         "own_socket_io",
         "closed",
         # the receive
-        "readable_hint",
-        "short_drained",
-        "unconfirmed",
-        "drained_at",
+        "proof",
         "nbytes_received",
         "busy_poll",
         "lowat_ok",
@@ -324,6 +314,7 @@ class StreamCore(ReadCore):
         write_to_fd: Callable[[memoryview], int] | None = None,
         close: Callable[[Any], None] | None = None,
         fail: Callable[[BaseException, str], bool] | None = None,
+        proof: EmptyProof | None = None,
     ) -> None:
         """Every option is settled here, once: the stream's owner passes
         them all (`tornado_readinto.iostream` does), and none is assigned
@@ -347,20 +338,9 @@ class StreamCore(ReadCore):
         self.own_socket_io = own_socket_io
         #: True once the stream closed: nothing is received or sent any more.
         self.closed = False
-        #: False only when the last receive proved the socket empty; a READ
-        #: event sets it back.
-        self.readable_hint = True
-        #: The last `receive` ended on a short one that proved the socket
-        #: drained (not on EAGAIN, EOF or an error).
-        self.short_drained = False
-        #: A READ event ended so, on a loop that may have stopped watching
-        #: the socket after it (an error event), and no receive or send has
-        #: shown since that no error came with it: the proof is not used
-        #: until one does (see ``FaceCore.drops_on_error``).
-        self.unconfirmed = False
-        #: When the socket was last proved empty, or last written to
-        #: (``perf_counter`` seconds).
-        self.drained_at = 0.0
+        #: Whether the socket is proved empty (`EmptyProof`: a heuristic,
+        #: told what each receive, READ event and write showed).
+        self.proof = EmptyProof() if proof is None else proof
         #: Bytes received so far.
         self.nbytes_received = 0
         #: The busy-poll policy told when a read parks, or None.
@@ -401,18 +381,6 @@ class StreamCore(ReadCore):
 
     # -- Incoming flow ----------------------------------------------------------
 
-    def proved_empty(self, read_registered: bool) -> bool:
-        """True when the last receive, less than `DRAINED_VALID_S` ago (or
-        after the last write), found the socket drained and READ is
-        registered: the level-triggered selector will report new data, so a
-        receive now would only fail with EAGAIN.  No syscall."""
-        return (
-            not self.readable_hint
-            and not self.unconfirmed
-            and read_registered
-            and perf_counter() - self.drained_at < DRAINED_VALID_S
-        )
-
     def receive(self) -> Any:
         """Receive what the socket has now and feed it to the read core;
         return the pending read's result, or `PENDING`.
@@ -433,7 +401,8 @@ class StreamCore(ReadCore):
         """
         reading = self._mode != 0  # not _IDLE
         read_from_fd = self.read_from_fd
-        self.short_drained = False
+        proof = self.proof
+        proof.receiving()
         self.wait_nbytes = 0
         while not self.closed:
             try:
@@ -451,17 +420,14 @@ class StreamCore(ReadCore):
                 # next tries the socket, as Tornado's does: a failing socket
                 # raises inline after a handshake.)
                 if self.short_read_drains:
-                    self.readable_hint = False
-                    self.drained_at = perf_counter()
+                    proof.emptied(False)
                 break
             if not received:
-                self.readable_hint = False
+                proof.ended()
                 self.close(False)  # the peer closed: a pending read ends
                 break
             if received < requested and (self.short_read_drains or received < self.tls_record_nbytes):
-                self.readable_hint = False
-                self.short_drained = True
-                self.drained_at = perf_counter()
+                proof.emptied(True)
             self.nbytes_received += received
             if not reading:
                 self.buffer_updated(received)
@@ -479,7 +445,7 @@ class StreamCore(ReadCore):
                     self._set_rcvlowat(1)
                 self.spare_storage()
                 return result
-            if not self.readable_hint:
+            if not proof.readable:
                 break
         if not self.buffered_nbytes and self._ra is not None:
             self._release_read_ahead()  # (EAGAIN: an idle stream holds no storage)
@@ -588,7 +554,7 @@ class StreamCore(ReadCore):
     def readable(self) -> None:
         """A READ event: the socket has data (the busy-poll policy is told
         if a read was parked)."""
-        self.readable_hint = True
+        self.proof.data_ready()
         poll = self.busy_poll
         if poll is not None and poll.parked_at:
             poll.data_came(perf_counter())
@@ -611,10 +577,7 @@ class StreamCore(ReadCore):
         :raises StreamBufferFullError: ``max_write_nbytes`` would be exceeded
             (nothing is queued).
         """
-        if not self.readable_hint:
-            # A request/response peer answers only after this write: the
-            # window in which the socket counts as empty starts again here.
-            self.drained_at = perf_counter()
+        self.proof.wrote()
         write_buffer = self.write_buffer
         if self.buffered_nbytes and self.gather and len(write_buffer) == self.cork_nbytes:
             # (Never behind bytes queued by someone else, e.g. dask's direct
@@ -634,11 +597,11 @@ class StreamCore(ReadCore):
                     sent = self._sendmsg(buffers, total) if total else 0
                 except BlockingIOError:
                     blocked = True
-                    self.unconfirmed = False  # (a socket with an error fails a send)
+                    self.proof.unconfirmed = False  # (a socket with an error fails a send)
                 except Exception:
                     pass  # the queued path below sends again and handles the error
                 else:
-                    self.unconfirmed = False
+                    self.proof.unconfirmed = False
                     if sent == total:
                         self.write_index += total
                         self.done_index += total
@@ -678,7 +641,7 @@ class StreamCore(ReadCore):
                     offered += len(view)
                 sent = self._sendmsg(views, offered)
             except BlockingIOError:
-                self.unconfirmed = False  # (a socket with an error fails a send)
+                self.proof.unconfirmed = False  # (a socket with an error fails a send)
                 break
             except OSError as e:
                 self.fail(e, "write")
@@ -686,7 +649,7 @@ class StreamCore(ReadCore):
             finally:
                 for view in views:
                     view.release()
-            self.unconfirmed = False
+            self.proof.unconfirmed = False
             if not sent:
                 break
             write_buffer.advance(sent)
@@ -707,13 +670,13 @@ class StreamCore(ReadCore):
             try:
                 with write_buffer.peek(size) as view:
                     sent = write_to_fd(view)
-                self.unconfirmed = False  # (a socket with an error fails a send)
+                self.proof.unconfirmed = False  # (a socket with an error fails a send)
                 if sent == 0:
                     break
                 write_buffer.advance(sent)
                 self.done_index += sent
             except BlockingIOError:
-                self.unconfirmed = False
+                self.proof.unconfirmed = False
                 break
             except OSError as e:
                 self.fail(e, "write")

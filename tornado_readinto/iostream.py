@@ -59,6 +59,7 @@ from tornado.log import gen_log
 from tornado.platform.asyncio import BaseAsyncIOLoop
 
 from . import _cpus, _gilheld, busypoll
+from ._emptyproof import EmptyProof
 from ._facecore import FaceCore, _EagerReadFuture
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
 from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES
@@ -180,6 +181,8 @@ class ReadIntoIOStream(IOStream):
     _tls_record_nbytes = 0
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
+    # How long a receive proves the socket empty (0: never; see _emptyproof).
+    _empty_proof_s = DRAINED_VALID_S
     # Only for instances made without __init__ (read_from_fd's fallback).
     _core: FaceCore = None  # type: ignore[assignment]
     # The loop with which READ goes to _read_ready directly (None: Tornado's
@@ -252,6 +255,7 @@ class ReadIntoIOStream(IOStream):
             write_to_fd=None if gather else self.write_to_fd,
             close=self.close,
             fail=self._fail,
+            proof=EmptyProof(self._empty_proof_s),
         )
         super().__init__(socket, *args, **kwargs)
         # set_nodelay applies to TCP sockets only (the family never changes).
@@ -991,7 +995,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             if self._ssl_accepting or self._closed:
                 return
             # Records may already sit decrypted in the SSL object.
-            self._core.readable_hint = True
+            self._core.proof.data_ready()
         ReadIntoIOStream._readable(self)
 
     def _writable(self) -> None:
@@ -999,7 +1003,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             self._do_ssl_handshake()
             if self._ssl_accepting or self._closed:
                 return
-            self._core.readable_hint = True
+            self._core.proof.data_ready()
             if self._read_future is not None:
                 ReadIntoIOStream._readable(self)
                 if self._closed:
