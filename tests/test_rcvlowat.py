@@ -16,14 +16,14 @@ import sys
 import pytest
 from tornado.iostream import IOStream, StreamClosedError
 
-from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, _streamcore
-from tornado_readinto._streamcore import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
+from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, _lowat
+from tornado_readinto._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
 from tornado_readinto.framing import message_header
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
 from .conftest import run, until
 
-pytestmark = pytest.mark.skipif(not _streamcore._LOWAT_PLATFORM, reason="SO_RCVLOWAT marks are used on Linux >= 4.18")
+pytestmark = pytest.mark.skipif(not _lowat._LOWAT_PLATFORM, reason="SO_RCVLOWAT marks are used on Linux >= 4.18")
 
 PIECE = 32 * 1024
 NBYTES = 4 * RCVLOWAT_MIN_MISSING  # 8 MiB
@@ -167,7 +167,7 @@ def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
         server, client = await stream_pair(
             SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx, server_hostname="localhost"
         )
-        assert not server._core.lowat_ok
+        assert not server._core.lowat.ok
         buf = bytearray(NBYTES)
         future = server.read_into(buf)
         assert _mark(server.socket) == 1
@@ -179,7 +179,7 @@ def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
         try:
             assert not lowat_applies(a)
             stream = ReadIntoIOStream(a)
-            assert not stream._core.lowat_ok
+            assert not stream._core.lowat.ok
             stream.close()
         finally:
             b.close()
@@ -190,10 +190,10 @@ def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
 def test_the_mark_needs_linux_4_18(monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
     for release, expected in [("4.17.0", False), ("4.18.0-rc1", True), ("6.18.44-fc", True), ("weird", False)]:
-        monkeypatch.setattr(_streamcore.os, "uname", lambda release=release: type("U", (), {"release": release})())
-        assert _streamcore._lowat_kernel() is expected, release
+        monkeypatch.setattr(_lowat.os, "uname", lambda release=release: type("U", (), {"release": release})())
+        assert _lowat._lowat_kernel() is expected, release
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert _streamcore._lowat_kernel() is False
+    assert _lowat._lowat_kernel() is False
 
 
 def test_bytes_held_below_the_mark_count_for_the_idle_timeout(loop_name, monkeypatch):
@@ -234,3 +234,72 @@ def test_bytes_held_below_the_mark_count_for_the_idle_timeout(loop_name, monkeyp
         client.close()
 
     run(main(), loop=loop_name)
+
+
+class _RefusingSocket:
+    """A TCP socket whose ``setsockopt`` fails (as on a kernel that refuses
+    the mark)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self.family, self.type = sock.family, sock.type
+
+    def setsockopt(self, *args):
+        raise OSError("refused")
+
+
+def test_the_mark_alone_follows_each_wait_and_resets_once_a_read_completes():
+    """`LowWaterMark` on a real TCP socket: a wait for `RCVLOWAT_MIN_MISSING`
+    bytes or more sets `RCVLOWAT_NBYTES`, a smaller one sets 1, `reset`
+    sets 1; the bytes the mark keeps from waking the loop are counted while
+    it is set; switched off (``enabled=False``) it never sets one."""
+    a, b = _tcp_pair()
+    try:
+        mark = _lowat.LowWaterMark(a)
+        assert mark.ok and mark.mark == 1 and mark.unreported_nbytes() == 0
+        assert mark.wait(RCVLOWAT_MIN_MISSING) is True
+        assert mark.mark == _mark(a) == RCVLOWAT_NBYTES
+        b.sendall(b"x" * 100)
+        assert _until_queued(mark, 100)
+        assert mark.wait(RCVLOWAT_MIN_MISSING - 1) is False and _mark(a) == 1
+        mark.wait(RCVLOWAT_MIN_MISSING)
+        mark.reset()
+        assert mark.mark == _mark(a) == 1 and mark.unreported_nbytes() == 0
+        off = _lowat.LowWaterMark(a, enabled=False)
+        assert not off.ok and off.wait(RCVLOWAT_MIN_MISSING) is False and _mark(a) == 1
+        mark.off()
+        assert not mark.ok and mark.sock is None and mark.wait(RCVLOWAT_MIN_MISSING) is False
+    finally:
+        a.close()
+        b.close()
+
+
+def _tcp_pair():
+    """Two connected TCP sockets on 127.0.0.1 (blocking)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        b = socket.create_connection(listener.getsockname())
+        a, _ = listener.accept()
+    return a, b
+
+
+def _until_queued(mark, nbytes, timeout_s=5.0):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while mark.unreported_nbytes() < nbytes:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return mark.unreported_nbytes() == nbytes
+
+
+def test_a_mark_the_kernel_refuses_turns_the_marks_off():
+    a, b = _tcp_pair()
+    try:
+        mark = _lowat.LowWaterMark(_RefusingSocket(a))
+        assert mark.ok
+        assert mark.wait(RCVLOWAT_MIN_MISSING) is False
+        assert not mark.ok and mark.mark == 1
+    finally:
+        a.close()
+        b.close()

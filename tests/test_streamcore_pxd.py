@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tornado_readinto import _emptyproof, _facecore, _readcore, _streamcore, framing, writebuffer
+from tornado_readinto import _emptyproof, _facecore, _lowat, _readcore, _streamcore, framing, writebuffer
 
 from ._builds import slots_and_methods, source_path
 
@@ -27,6 +27,7 @@ def declarations(module, name):
     "module, cls",
     [
         (_emptyproof, _emptyproof.EmptyProof),
+        (_lowat, _lowat.LowWaterMark),
         (_readcore, _readcore.ReadCore),
         (_readcore, _readcore.ReadAheadPool),
         (_streamcore, _streamcore.StreamCore),

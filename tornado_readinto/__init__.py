@@ -61,6 +61,7 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 #: ``.py``, typed by the ``.pxd`` beside it, or as it is).
 _COMPILED_MODULES: tuple[str, ...] = (
     "_emptyproof",
+    "_lowat",
     "_readcore",
     "_streamcore",
     "_facecore",

@@ -53,6 +53,7 @@
 cimport cython
 
 from tornado_readinto._emptyproof cimport EmptyProof
+from tornado_readinto._lowat cimport LowWaterMark
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
@@ -60,7 +61,6 @@ from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 # Sizes of what is written, in C (C calls from writelines and _cork).
 cpdef Py_ssize_t _buffer_nbytes(object data) except -1
 cpdef Py_ssize_t _total_nbytes(object buffers) except -1
-cpdef bint lowat_applies(object sock) except -1
 
 
 cdef class StreamCore(ReadCore):
@@ -77,8 +77,7 @@ cdef class StreamCore(ReadCore):
     cdef readonly EmptyProof proof            # the proof that the socket is empty (a heuristic)
     cdef public Py_ssize_t nbytes_received
     cdef readonly object busy_poll            # BusyPoll or None
-    cdef readonly bint lowat_ok               # large waits may set SO_RCVLOWAT (plain TCP on Linux)
-    cdef public Py_ssize_t rcvlowat           # the SO_RCVLOWAT set last (1: the default)
+    cdef readonly LowWaterMark lowat          # the receive low-water mark of large waits (a heuristic)
     cdef public Py_ssize_t wait_nbytes        # bytes the pending read surely needs after the last receive
     # -- the write queue and the cork --
     cdef public ChunkedWriteBuffer write_buffer   # typed: its append/peek_buffers/advance are C calls
@@ -97,9 +96,6 @@ cdef class StreamCore(ReadCore):
     cpdef object recv_plain(self, object view)
     cpdef object park(self)
     cpdef object readable(self)
-    cpdef Py_ssize_t unreported_nbytes(self) except -1
-    cdef bint _wait_for_lowat(self) except -1
-    cdef object _set_rcvlowat(self, Py_ssize_t nbytes)
     # Outgoing flow.
     @cython.locals(sent=Py_ssize_t, total=Py_ssize_t, queued=Py_ssize_t)
     cpdef int writelines(self, object buffers, bint connecting, object max_write_nbytes) except -1

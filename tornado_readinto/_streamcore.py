@@ -38,10 +38,9 @@ Strategy:
   than asked and shorter than a full record (`TLS_RECORD_NBYTES`) emptied
   the SSL object at the end of the peer's write, and proves the same.
 * A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
-  buffer sets the socket's ``SO_RCVLOWAT`` to `RCVLOWAT_NBYTES` (plain TCP
-  on Linux 4.18+), so that the loop wakes once per that many bytes instead
-  of once per arriving batch; any smaller wait, and the receive that
-  completes the read, set it back to 1.
+  buffer sets the socket's receive low-water mark
+  (`tornado_readinto._lowat`), so that the loop wakes once per
+  `RCVLOWAT_NBYTES` instead of once per arriving batch.
 * Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
@@ -61,13 +60,13 @@ from __future__ import annotations
 import operator
 import os
 import socket
-import sys
 from collections.abc import Iterable, Sequence
 from time import perf_counter
 from typing import Any, Callable, Final
 
 from . import _gilheld
 from ._emptyproof import DRAINED_VALID_S, EmptyProof
+from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, LowWaterMark
 from ._readcore import (
     _INTO,
     DEFAULT_MAX_BUFFER_SIZE,
@@ -110,17 +109,6 @@ IOV_MAX: Final = _iov_max()
 #: receive through the ``ssl`` module returns at most one record (OpenSSL
 #: without read-ahead, as Python runs it).
 TLS_RECORD_NBYTES: Final = 16 * 1024  # bytes
-
-#: A read that waits for this many bytes or more of its own buffer has the
-#: kernel wake the loop only once `RCVLOWAT_NBYTES` have arrived
-#: (``SO_RCVLOWAT``, plain TCP sockets on Linux): a large transfer then
-#: costs a few ``recv_into`` calls and loop wake-ups per MiB instead of one
-#: per arriving segment batch.  Smaller waits keep the default (any byte),
-#: so that the last bytes of a message are copied while they arrive.
-RCVLOWAT_MIN_MISSING: Final = 2 * 1024 * 1024  # bytes
-
-#: The low-water mark such a wait sets.
-RCVLOWAT_NBYTES: Final = 256 * 1024  # bytes
 
 #: The most bytes of replies a stream holds back while more input is
 #: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
@@ -169,22 +157,6 @@ _NATIVE_RECV_INTO: Any = _gilheld.recv_into if _gilheld.NATIVE else None
 _NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
 
 
-def _lowat_kernel() -> bool:
-    # Linux holds epoll's READ event back until SO_RCVLOWAT bytes are
-    # queued; since 4.18 it also grows the receive buffer to fit the mark (or
-    # caps the mark at half a locked buffer), so that the mark can always be
-    # reached.  Older kernels do not: no marks there.
-    if sys.platform != "linux":
-        return False
-    try:
-        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (4, 18)
-
-
-_LOWAT_PLATFORM: Final = _lowat_kernel()
-
 _MIN_STALL_S: Final = _gilheld.MIN_STALL_S
 _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
@@ -192,28 +164,6 @@ _COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 _FEW_BUFFERS: Final = 8
 
 _nbytes = operator.attrgetter("nbytes")
-
-
-def lowat_applies(sock: socket.socket | None) -> bool:
-    """True for a TCP socket (or a wrapper with its ``family``, ``type`` and
-    ``setsockopt``) on Linux, where ``SO_RCVLOWAT`` holds epoll's READ event
-    back until the mark is reached (`StreamCore.park`)."""
-    return (
-        _LOWAT_PLATFORM
-        and getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6)
-        and getattr(sock, "type", None) == socket.SOCK_STREAM
-        and hasattr(sock, "setsockopt")
-    )
-
-
-def _queued_nbytes(fd: int) -> int:
-    # FIONREAD on a TCP socket: the bytes received by the kernel and not yet
-    # read (Unix only, as the marks are).
-    import fcntl
-    import struct
-    import termios
-
-    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]  # type: ignore[no-any-return]
 
 
 def _buffer_nbytes(data: Any) -> int:
@@ -283,8 +233,7 @@ class StreamCore(ReadCore):
         "proof",
         "nbytes_received",
         "busy_poll",
-        "lowat_ok",
-        "rcvlowat",
+        "lowat",
         "wait_nbytes",
         # the write queue and the cork
         "write_buffer",
@@ -345,10 +294,9 @@ class StreamCore(ReadCore):
         self.nbytes_received = 0
         #: The busy-poll policy told when a read parks, or None.
         self.busy_poll: BusyPoll | None = busy_poll
-        #: Large waits may set ``SO_RCVLOWAT`` (a plain TCP socket on Linux).
-        self.lowat_ok = short_read_drains and lowat_applies(sock)
-        #: The ``SO_RCVLOWAT`` this core set last (1: the kernel's default).
-        self.rcvlowat = 1
+        #: The receive low-water mark of large waits (`LowWaterMark`: a
+        #: heuristic, plain TCP on Linux).
+        self.lowat = LowWaterMark(sock, short_read_drains)
         #: Bytes the pending read is sure to need after the last receive
         #: (the rest of its own buffer, received in place), or 0.
         self.wait_nbytes = 0
@@ -376,7 +324,7 @@ class StreamCore(ReadCore):
         self.closed = True
         self.sock = None  # type: ignore[assignment]
         self.own_socket_io = False
-        self.lowat_ok = False
+        self.lowat.off()
         self.fd = -1
 
     # -- Incoming flow ----------------------------------------------------------
@@ -441,8 +389,7 @@ class StreamCore(ReadCore):
                 self.fail(e, "data")
                 return PENDING
             if result is not PENDING:
-                if self.rcvlowat != 1:
-                    self._set_rcvlowat(1)
+                self.lowat.reset()
                 self.spare_storage()
                 return result
             if not proof.readable:
@@ -507,8 +454,9 @@ class StreamCore(ReadCore):
         left = False
         if self.cork_nbytes:
             left = self.uncork()
-        if self.wait_nbytes >= RCVLOWAT_MIN_MISSING or self.rcvlowat != 1:
-            if self.lowat_ok and self.read_from_fd is None and self._wait_for_lowat():
+        lowat = self.lowat
+        if (self.wait_nbytes >= RCVLOWAT_MIN_MISSING or lowat.mark != 1) and self.read_from_fd is None:
+            if lowat.wait(self.wait_nbytes):
                 return left  # a long wait for the mark: no spin
         poll = self.busy_poll
         if poll is not None:
@@ -516,40 +464,6 @@ class StreamCore(ReadCore):
             if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
                 poll.parked(now)
         return left
-
-    def _wait_for_lowat(self) -> bool:
-        """Set ``SO_RCVLOWAT`` for the wait that parks now: `RCVLOWAT_NBYTES`
-        when the pending read needs `RCVLOWAT_MIN_MISSING` bytes or more,
-        else back to 1.  True when a mark above 1 is set.  Costs a
-        ``setsockopt`` when the mark changes: two per large read."""
-        want = RCVLOWAT_NBYTES if self.wait_nbytes >= RCVLOWAT_MIN_MISSING else 1
-        if want != self.rcvlowat:
-            self._set_rcvlowat(want)
-        return self.rcvlowat != 1
-
-    def _set_rcvlowat(self, nbytes: int) -> None:
-        """``setsockopt(SO_RCVLOWAT, nbytes)``; a failure turns the marks off
-        for this stream (the socket keeps waking on any byte)."""
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
-        except OSError:
-            # (a mark above 1 that failed left the socket at 1; a reset to 1
-            # that failed cannot be retried any better)
-            self.lowat_ok = False
-            nbytes = 1
-        self.rcvlowat = nbytes
-
-    def unreported_nbytes(self) -> int:
-        """Bytes that have arrived on the socket but cannot wake the loop yet
-        because a receive low-water mark is set: the kernel's count
-        (``FIONREAD``, one ``ioctl``), or 0 when no mark is set (no
-        syscall).  Idle timeouts add it to `nbytes_received`."""
-        if self.rcvlowat == 1 or self.sock is None:
-            return 0
-        try:
-            return _queued_nbytes(self.sock.fileno())
-        except OSError:
-            return 0
 
     def readable(self) -> None:
         """A READ event: the socket has data (the busy-poll policy is told

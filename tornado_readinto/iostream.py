@@ -391,7 +391,7 @@ class ReadIntoIOStream(IOStream):
         mark is reached.  Costs one ``ioctl`` while a mark is set, else
         nothing."""
         core = self._core
-        return core.nbytes_received + core.unreported_nbytes()  # type: ignore[no-any-return]
+        return core.nbytes_received + core.lowat.unreported_nbytes()  # type: ignore[no-any-return]
 
     # Tornado's per-message state: plain attributes of BaseIOStream, kept in
     # the core's C fields (Tornado's own methods read and write them here).
