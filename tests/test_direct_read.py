@@ -127,6 +127,7 @@ def test_direct_read_events_skip_tornados_dispatch(loop_name, stream_class, tls_
             assert not server._core.plain_events
             await server.write(b"registers nothing: sent at once")  # (a TLS stream is registered already)
             await client.read_bytes(31)
+            server.read_events = 0  # (a TLS handshake's events are not the echo's)
             # READ is not registered yet on a plain stream: the first read
             # registers it (Tornado's add_handler, then our add_reader).
             await echo_messages(server, client, MESSAGES)
@@ -289,6 +290,10 @@ def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts):
         )
         try:
             assert isinstance(tls_server, SSLReadIntoIOStream) and tls_server._read_loop is io_loop.asyncio_loop
+            # the plain stream's core let go of the socket: it never touches it again
+            old = server._core
+            assert old.closed and old.sock is None and old.fd == -1 and not old.own_socket_io
+            assert not old.lowat.ok and old.lowat.sock is None and old.lowat.mark == 1
             await echo_messages(tls_server, tls_client, 10)
             await echo_messages(tls_client, tls_server, 10)
             assert tornado_calls[READ] == 0, tornado_calls

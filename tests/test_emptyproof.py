@@ -81,10 +81,14 @@ def test_a_negative_window_is_refused(valid_s):
         EmptyProof(valid_s)
 
 
-def test_the_clock_is_the_modules_own():
-    """(What `stream_clock` patches: the proof reads the clock through its
-    module, whichever build runs.)"""
-    assert callable(_emptyproof.perf_counter)
+def test_the_proof_reads_the_clock_through_its_module(stream_clock):
+    """What `stream_clock` patches: the proof's time is the module's
+    ``perf_counter``, whichever build runs."""
+    assert _emptyproof.perf_counter is stream_clock
+    stream_clock.now = 42.0
+    proof = EmptyProof()
+    proof.emptied(False)
+    assert proof.at == 42.0
 
 
 class _NoProofStream(ReadIntoIOStream):

@@ -3,9 +3,10 @@ in one small object (`EmptyProof`).
 
 A read that finds no bytes read ahead would try a ``recv`` before parking;
 when the socket is known to be empty, that ``recv`` can only fail with
-EAGAIN.  A receive proves the socket empty when it fails with EAGAIN, or
-when it returns fewer bytes than asked (plain sockets: the kernel gave all
-it had; TLS: fewer than a full record).  The proof then holds while:
+EAGAIN.  A receive proves the socket empty when it fails with EAGAIN (plain
+sockets: on TLS "want read" proves nothing), or when it returns fewer bytes
+than asked (plain sockets: the kernel gave all it had; TLS: fewer than a
+full record).  The proof then holds while:
 
 * no READ event came since (`data_ready`),
 * READ is registered with the loop, whose level-triggered selector will

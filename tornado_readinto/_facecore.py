@@ -125,8 +125,9 @@ class FaceCore(StreamCore):
     its hot paths (see the module's strategy).
 
     Not thread-safe: one core belongs to one stream, on its event loop's
-    thread.  The face sets `face`, `loop`, `eager`, `eager_contended` and
-    `plain_events` once it is made.
+    thread.  Its options (`face`, `loop`, `eager`, `eager_contended`,
+    `plain_events`, `drops_on_error` and `StreamCore`'s) are settled in
+    ``__init__``; the compiled build makes them read-only.
 
     .. versionadded:: 0.2
     """

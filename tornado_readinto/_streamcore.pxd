@@ -70,7 +70,7 @@ cdef class StreamCore(ReadCore):
     cdef public Py_ssize_t untimed            # native calls left before a timed one (PROBE_EVERY)
     cdef readonly bint gather                 # send with sendmsg (else write_to_fd per segment)
     cdef readonly bint short_read_drains      # a short recv proves the socket empty (not TLS)
-    cdef readonly Py_ssize_t tls_record_nbytes# TLS: a receive shorter than this and asked drained it; else 0
+    cdef readonly Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
     cdef readonly bint own_socket_io          # _gilheld's calls may replace the socket's own
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --

@@ -213,8 +213,17 @@ class StreamCore(ReadCore):
         this proves the socket drained (TLS: `TLS_RECORD_NBYTES`; 0: none).
     :arg own_socket_io: ``sock`` is a real socket whose own C methods may be
         replaced by `tornado_readinto._gilheld`'s while the GIL is contended.
+    :arg busy_poll: the busy-poll policy told when a read parks, or None.
+    :arg read_from_fd: the face's receive (TLS, a subclass's override), or
+        None: the core receives on ``sock`` itself.
+    :arg write_to_fd: the face's send of one segment (without ``gather``).
+    :arg close: closes the stream (``close(exc_info)``).
+    :arg fail: the face's error policy (``fail(error, where)``).
+    :arg proof: the proof that the socket is empty (default: a new
+        `EmptyProof`).
 
-    The other arguments are the read core's.
+    ``read_chunk_size``, ``max_buffer_size`` and ``direct_min_nbytes`` are
+    the read core's.
 
     .. versionadded:: 0.1
     """
