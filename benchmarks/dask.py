@@ -988,9 +988,7 @@ def _run_pair(pair: str, args: argparse.Namespace, tmp: str, progress: Callable[
         reason = shuffle_unavailable() if workload == "shuffle" else None
         if reason is not None:
             results += [
-                DaskResult(row, p, baseline, skipped=reason)
-                for row in ROWS[workload]
-                for p in (baseline, readinto)
+                DaskResult(row, p, baseline, skipped=reason) for row in ROWS[workload] for p in (baseline, readinto)
             ]
         else:
             runnable.append(workload)

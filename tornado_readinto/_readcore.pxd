@@ -43,7 +43,7 @@ cdef inline bint _unshared_c(object ra, object view) noexcept:
 cdef class ReadAheadPool:
     cdef readonly Py_ssize_t buffer_nbytes    # the size of every buffer
     cdef readonly Py_ssize_t max_buffers      # the most free buffers kept
-    cdef public Py_ssize_t misses             # takes that found no free buffer
+    cdef readonly Py_ssize_t misses           # takes that found no free buffer
     cdef readonly list _free                  # memoryviews over whole bytearrays; last given back last
 
 
