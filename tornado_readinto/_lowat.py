@@ -87,7 +87,7 @@ class LowWaterMark:
         #: The socket the marks are set on, or None.
         self.sock = sock
         #: Marks may be set (False after a ``setsockopt`` failed).
-        self.ok = enabled and sock is not None and lowat_applies(sock)
+        self.ok = enabled and lowat_applies(sock)
         #: The mark set last (1: the kernel's default).
         self.mark = 1
 

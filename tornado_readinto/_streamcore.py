@@ -463,10 +463,8 @@ class StreamCore(ReadCore):
         left = False
         if self.cork_nbytes:
             left = self.uncork()
-        lowat = self.lowat
-        if (self.wait_nbytes >= RCVLOWAT_MIN_MISSING or lowat.mark != 1) and self.read_from_fd is None:
-            if lowat.wait(self.wait_nbytes):
-                return left  # a long wait for the mark: no spin
+        if self.read_from_fd is None and self.lowat.wait(self.wait_nbytes):
+            return left  # a long wait for the mark: no spin
         poll = self.busy_poll
         if poll is not None:
             now = perf_counter()
