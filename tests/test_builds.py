@@ -35,6 +35,7 @@ BOTH_BUILDS = (
     "tests/test_costs.py",
     "tests/test_rcvlowat.py",
     "tests/test_emptyproof.py",
+    "tests/test_sockcalls.py",
     "tests/test_gilheld.py",
     "tests/test_busypoll.py",
     "tests/test_error_policy.py",

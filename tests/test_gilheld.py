@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, _streamcore, busypoll
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, _sockcalls, busypoll
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
@@ -42,8 +42,8 @@ def pair():
 def timed_calls_only(monkeypatch):
     """Turn off the compiled build's untimed native calls: every socket call
     of a stream is timed, as in the pure build (for the stall tests)."""
-    monkeypatch.setattr(_streamcore, "_NATIVE_RECV_INTO", None)
-    monkeypatch.setattr(_streamcore, "_NATIVE_WRITEV", None)
+    monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", None)
+    monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", None)
 
 
 def idle_thread():
@@ -77,9 +77,9 @@ class HeldCalls:
 
         monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
         monkeypatch.setattr(_gilheld, "writev", counting_writev)
-        if _streamcore._NATIVE_RECV_INTO is not None:
-            monkeypatch.setattr(_streamcore, "_NATIVE_RECV_INTO", counting_recv_into)
-            monkeypatch.setattr(_streamcore, "_NATIVE_WRITEV", counting_writev)
+        if _sockcalls._NATIVE_RECV_INTO is not None:
+            monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", counting_recv_into)
+            monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", counting_writev)
 
     def clear(self):
         self.recvs.clear()
@@ -321,7 +321,7 @@ def test_a_slow_large_socket_call_is_no_stall(loop_name, monkeypatch):
     patch_stream_clock(monkeypatch, clock)
     timed_calls_only(monkeypatch)
     held = HeldCalls(monkeypatch)
-    large = 4 * _streamcore.HOLD_MAX_NBYTES
+    large = 4 * _sockcalls.HOLD_MAX_NBYTES
 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream)
@@ -331,14 +331,14 @@ def test_a_slow_large_socket_call_is_no_stall(loop_name, monkeypatch):
                 client.socket.sendall(b"\x01" * large)
                 received = 0
                 while received < large:
-                    got = core.recv_plain(memoryview(bytearray(large + 1)))
+                    got = core.calls.recv_into(memoryview(bytearray(large + 1)))
                     assert got, got
                     received += got
                     assert not _gilheld.held(clock.now)
                 await server.write(b"\x02" * large)
                 assert not _gilheld.held(clock.now)
                 assert held.recvs == [] and held.writes == []
-                core.recv_plain(memoryview(bytearray(1024)))  # a small call, timed (EAGAIN too)
+                core.calls.recv_into(memoryview(bytearray(1024)))  # a small call, timed (EAGAIN too)
                 assert _gilheld.held(clock.now)
         finally:
             server.close()
@@ -368,10 +368,10 @@ def test_a_large_read_into_or_write_never_keeps_the_gil(loop_name, monkeypatch):
             assert np.array_equal(buf, payload)
             lo = buffer_address(buf)
             assert not [r for r in held.recvs if lo <= r[0] < lo + nbytes]
-            assert all(requested <= _streamcore.HOLD_MAX_NBYTES for _, requested, _ in held.recvs)
+            assert all(requested <= _sockcalls.HOLD_MAX_NBYTES for _, requested, _ in held.recvs)
             assert held.writes == []
             await _echo_rounds(server, client, 3)
-            assert held.writes and all(n <= _streamcore.HOLD_MAX_NBYTES for n in held.writes)
+            assert held.writes and all(n <= _sockcalls.HOLD_MAX_NBYTES for n in held.writes)
         finally:
             server.close()
             client.close()
@@ -401,7 +401,7 @@ def test_a_stall_without_other_threads_is_the_machines_not_the_gils(loop_name, m
     assert held.recvs == [] and held.writes == []
 
 
-@pytest.mark.skipif(_streamcore._NATIVE_RECV_INTO is None, reason="the pure build times every socket call")
+@pytest.mark.skipif(_sockcalls._NATIVE_RECV_INTO is None, reason="the pure build times every socket call")
 @pytest.mark.parametrize("threads", [1, 2], ids=["alone", "other-thread"])
 def test_the_compiled_build_moves_small_messages_with_untimed_native_calls(loop_name, monkeypatch, threads):
     """Compiled, in a process with no other Python thread: a real socket's
@@ -411,7 +411,7 @@ def test_the_compiled_build_moves_small_messages_with_untimed_native_calls(loop_
     larger receive (a big frame received in place) is the socket's method
     either way."""
     # (what the core asks: busypoll.other_threads, native in this build)
-    monkeypatch.setattr(_streamcore, "other_threads", lambda: threads > 1)
+    monkeypatch.setattr(_sockcalls, "other_threads", lambda: threads > 1)
     readings = [0]
 
     def clock():
@@ -440,13 +440,13 @@ def test_the_compiled_build_moves_small_messages_with_untimed_native_calls(loop_
                 assert held.writes == [] and held.recvs == []
                 assert readings[0] > 2 * 2 * writes  # two readings per timed call
             # a large read_into: its in-place receives are the socket's own
-            nbytes = 4 * _streamcore.HOLD_MAX_NBYTES
+            nbytes = 4 * _sockcalls.HOLD_MAX_NBYTES
             held.clear()
             buf = bytearray(nbytes)
             reading = server.read_into(buf)
             await client.write(bytes(range(256)) * (nbytes // 256))
             assert await reading == nbytes and buf == bytes(range(256)) * (nbytes // 256)
-            assert all(requested <= _streamcore.HOLD_MAX_NBYTES for _, requested, _ in held.recvs)
+            assert all(requested <= _sockcalls.HOLD_MAX_NBYTES for _, requested, _ in held.recvs)
         finally:
             server.close()
             client.close()
@@ -534,9 +534,9 @@ def test_with_a_thread_running_python_the_streams_switch_to_held_calls(
             with gil_holding_thread():
                 for _ in range(200):  # bounded: the first stall switches
                     await _echo_rounds(server, client, 5)
-                    if _gilheld.held(_streamcore.perf_counter()):
+                    if _gilheld.held(_sockcalls.perf_counter()):
                         break
-                assert _gilheld.held(_streamcore.perf_counter())
+                assert _gilheld.held(_sockcalls.perf_counter())
                 parks = server._busy_poll.parks
                 ticks = spinner_for(asyncio.get_running_loop()).ticks
                 await _echo_rounds(server, client, 20)

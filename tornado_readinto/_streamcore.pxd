@@ -54,6 +54,7 @@ cimport cython
 
 from tornado_readinto._emptyproof cimport EmptyProof
 from tornado_readinto._lowat cimport LowWaterMark
+from tornado_readinto._sockcalls cimport SocketCalls
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
@@ -65,13 +66,10 @@ cpdef Py_ssize_t _total_nbytes(object buffers) except -1
 
 cdef class StreamCore(ReadCore):
     # -- the socket (readonly: settled in __init__) --
-    cdef readonly object sock                 # socket.socket, or None (TLS: unused)
-    cdef readonly int fd                      # its fd for the native calls (with own_socket_io), or -1
-    cdef public Py_ssize_t untimed            # native calls left before a timed one (PROBE_EVERY)
+    cdef readonly SocketCalls calls           # the socket's recv_into and sendmsg (a heuristic: keeping the GIL)
     cdef readonly bint gather                 # send with sendmsg (else write_to_fd per segment)
     cdef readonly bint short_read_drains      # a short recv proves the socket empty (not TLS)
     cdef readonly Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
-    cdef readonly bint own_socket_io          # _gilheld's calls may replace the socket's own
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
     cdef readonly EmptyProof proof            # the proof that the socket is empty (a heuristic)
@@ -85,7 +83,7 @@ cdef class StreamCore(ReadCore):
     cdef public Py_ssize_t done_index         # bytes ever sent (Tornado's _total_write_done_index)
     cdef public Py_ssize_t cork_nbytes        # bytes at the end of the queue held by the cork
     # -- callbacks into the face (readonly but read_from_fd, which Tornado's tests replace) --
-    cdef public object read_from_fd           # (view) -> int | None, or None: recv_plain
+    cdef public object read_from_fd           # (view) -> int | None, or None: calls.recv_into
     cdef readonly object write_to_fd          # (view) -> int, for sockets without sendmsg
     cdef readonly object close                # (exc_info) -> None
     cdef readonly object fail                 # (error, where) -> bool: the face's error policy
@@ -93,7 +91,6 @@ cdef class StreamCore(ReadCore):
     # Incoming flow.
     @cython.locals(reading=bint, requested=Py_ssize_t, proof=EmptyProof)
     cpdef object receive(self)
-    cpdef object recv_plain(self, object view)
     cpdef object park(self)
     cpdef object readable(self)
     # Outgoing flow.
@@ -103,5 +100,3 @@ cdef class StreamCore(ReadCore):
     cpdef object uncork(self)
     cdef object _write_segments(self)
     cdef object _cork(self, object buffers)
-    cdef bint _untimed(self, Py_ssize_t nbytes)
-    cdef object _sendmsg(self, object buffers, Py_ssize_t nbytes)

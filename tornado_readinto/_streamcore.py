@@ -3,9 +3,9 @@
 
 It is the read core (`tornado_readinto._readcore.ReadCore`, which it
 extends: the read-ahead buffer and the one pending read), the receive
-(``recv_into`` into the buffer the read core hands out, the GIL-keeping
-calls of `tornado_readinto._gilheld`, the proof that the socket is empty and
-the busy-poll policy's hooks) and the write queue with its cork (gather
+(``recv_into`` into the buffer the read core hands out, through the
+socket calls of `tornado_readinto._sockcalls`, the proof that the socket is
+empty and the busy-poll policy's hooks) and the write queue with its cork (gather
 ``sendmsg``).  `tornado_readinto._facecore.FaceCore` extends it with the
 Tornado face's per-message state (the Futures, the registration state);
 `tornado_readinto.iostream.ReadIntoIOStream` is the thin face over that.
@@ -20,7 +20,7 @@ Strategy:
   - ``read_from_fd(view) -> int | None``: the receive of a stream that does
     not use a plain socket's ``recv_into`` (TLS, a subclass or an instance
     that replaced Tornado's ``read_from_fd``); None for the others, which
-    the core receives from itself (`recv_plain`);
+    the core receives from itself (`SocketCalls.recv_into`);
   - ``write_to_fd(view) -> int``: the send of a stream without ``sendmsg``
     (TLS), one segment at a time;
   - ``close(exc_info)``: the peer closed (``close(False)``);
@@ -45,14 +45,11 @@ Strategy:
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
   corked (copied, at most `CORK_MAX_NBYTES`) until the reads catch up.
-* While another thread is seen to hold the GIL, ``recv_into`` and
-  ``sendmsg`` of a real socket go through `tornado_readinto._gilheld`
-  (calls that keep it); each plain call is timed (two ``perf_counter``
-  reads) to notice such a stall.  In the compiled build, in a process with
-  no other Python thread (none can want the GIL), the calls of up to
-  `HOLD_MAX_NBYTES` are native calls that keep the GIL, untimed (native
-  calls cost less than the socket's methods; the pure build's ctypes twins
-  cost more).
+* Every ``recv_into`` and gathered ``sendmsg`` on a plain socket goes
+  through one `tornado_readinto._sockcalls.SocketCalls`, which keeps the GIL
+  where that pays (while another thread is seen to hold it, or, compiled, in
+  a process with no other Python thread) and times the calls that may show
+  a stall.
 """
 
 from __future__ import annotations
@@ -75,8 +72,9 @@ from ._readcore import (
     PENDING,
     ReadCore,
 )
+from ._sockcalls import SocketCalls
 from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
-from .busypoll import BusyPoll, other_threads
+from .busypoll import BusyPoll
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = [
@@ -134,31 +132,6 @@ SEND: Final = 2
 #: Queued behind a full socket buffer or a connect: the face makes the
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
-
-#: The most bytes that one receive or send moves with a call that keeps the
-#: GIL, timed or not, in either build (`StreamCore.recv_plain`,
-#: `StreamCore.send_queued`): a non-blocking call that copies this much
-#: returns within microseconds, sooner than a GIL hand-off could.  Larger
-#: ones (a big frame received in place, a large send) use the socket's own
-#: methods, which release the GIL while the kernel copies (and faults in
-#: fresh pages), and are not timed: their time says nothing about a stall.
-HOLD_MAX_NBYTES: Final = 64 * 1024  # bytes
-
-#: Those calls are untimed only in a process with no other Python thread;
-#: where one exists they go the timed way (the socket's method, or the held
-#: call while the GIL is known to be contended), so that a stall shows that
-#: another thread wants the GIL (see `_gilheld`: the eager wake-up on uvloop
-#: depends on it).  Which holds is looked at again every this many calls.
-PROBE_EVERY: Final = 32  # calls
-
-# The native calls of the compiled build (None in the pure build, whose
-# ctypes twins cost more than the socket's methods).
-_NATIVE_RECV_INTO: Any = _gilheld.recv_into if _gilheld.NATIVE else None
-_NATIVE_WRITEV: Any = _gilheld.writev if _gilheld.NATIVE else None
-
-
-_MIN_STALL_S: Final = _gilheld.MIN_STALL_S
-_COPY_S_PER_BYTE: Final = _gilheld.COPY_S_PER_BYTE
 
 #: Up to this many buffers, `_total_nbytes` sums them one by one.
 _FEW_BUFFERS: Final = 8
@@ -230,13 +203,10 @@ class StreamCore(ReadCore):
 
     __slots__ = (
         # the socket
-        "sock",
-        "fd",
-        "untimed",
+        "calls",
         "gather",
         "short_read_drains",
         "tls_record_nbytes",
-        "own_socket_io",
         "closed",
         # the receive
         "proof",
@@ -279,21 +249,17 @@ class StreamCore(ReadCore):
         from outside afterwards (the receive hook ``read_from_fd`` alone may
         be replaced, as Tornado's tests do)."""
         super().__init__(read_chunk_size, max_buffer_size, direct_min_nbytes)
-        #: The socket (plain streams receive and send on it directly; None
-        #: only for a TLS stream's core, or once start_tls took the socket).
-        self.sock: socket.socket = sock  # type: ignore[assignment]
-        #: Its fd, for the native calls (set with ``own_socket_io``; -1: none).
-        self.fd = sock.fileno() if own_socket_io and sock is not None else -1
-        #: Native calls left before the next timed one (see `PROBE_EVERY`).
-        self.untimed = 0
+        #: The receive and send calls on the socket (plain streams receive
+        #: and send on it directly; its ``sock`` is None only for a TLS
+        #: stream's core, or once start_tls took the socket), keeping the
+        #: GIL where that pays (`SocketCalls`: a heuristic).
+        self.calls = SocketCalls(sock, own_socket_io)
         #: Sends gather with ``sendmsg`` (else ``write_to_fd`` per segment).
         self.gather = gather
         #: A short ``recv`` proves the socket empty (not on TLS).
         self.short_read_drains = short_read_drains
         #: TLS: a receive shorter than asked and than this proves it too.
         self.tls_record_nbytes = tls_record_nbytes
-        #: ``recv_into``/``sendmsg`` may keep the GIL (see `_gilheld`).
-        self.own_socket_io = own_socket_io
         #: True once the stream closed: nothing is received or sent any more.
         self.closed = False
         #: Whether the socket is proved empty (`EmptyProof`: a heuristic,
@@ -317,7 +283,7 @@ class StreamCore(ReadCore):
         self.done_index = 0
         #: Bytes at the end of the write queue that the cork holds back.
         self.cork_nbytes = 0
-        #: The face's receive, or None: `recv_plain` on ``sock``.
+        #: The face's receive, or None: ``calls.recv_into`` on the socket.
         self.read_from_fd: Callable[[memoryview], int | None] | None = read_from_fd
         #: The face's send of one segment (streams without ``sendmsg``).
         self.write_to_fd: Callable[[memoryview], int] | None = write_to_fd
@@ -331,10 +297,8 @@ class StreamCore(ReadCore):
         """The socket now belongs to another stream (``start_tls``): this
         core is closed and never touches it again."""
         self.closed = True
-        self.sock = None  # type: ignore[assignment]
-        self.own_socket_io = False
+        self.calls.off()
         self.lowat.off()
-        self.fd = -1
 
     # -- Incoming flow ----------------------------------------------------------
 
@@ -370,7 +334,7 @@ class StreamCore(ReadCore):
             requested = len(view)
             if not requested:
                 return PENDING  # idle, read_chunk_size bytes read ahead: none
-            received = self.recv_plain(view) if read_from_fd is None else read_from_fd(view)
+            received = self.calls.recv_into(view) if read_from_fd is None else read_from_fd(view)
             view = None  # type: ignore[assignment]  # (a slice of read-ahead storage alive would keep it from its pool)
             if received is None:  # EAGAIN
                 # (TLS: "want read" proves nothing, so that a read started
@@ -412,47 +376,6 @@ class StreamCore(ReadCore):
         if self._direct and not (self._partial and self._mode == _INTO):
             self.wait_nbytes = requested - (received or 0)
         return self.search()  # a regex search put off by buffer_updated(n, True)
-
-    def recv_plain(self, view: memoryview) -> int | None:
-        """One ``recv_into(view)`` on the plain socket: the byte count, None
-        on EAGAIN, 0 at EOF (Tornado's ``read_from_fd`` contract).  While the
-        GIL is seen to be contended, a real socket is read with a ``recv``
-        that keeps it (see `tornado_readinto._gilheld`).  Costs two
-        ``perf_counter`` reads; a receive into more than `HOLD_MAX_NBYTES`
-        is always the socket's own, untimed.
-
-        In the compiled build, in a process with no other Python thread, a
-        real socket's receive of up to `HOLD_MAX_NBYTES` is one native
-        ``recv`` that keeps the GIL, untimed (see `_untimed`).
-
-        :raises OSError: the receive failed.
-        """
-        if _NATIVE_RECV_INTO is not None and self._untimed(len(view)):
-            try:
-                return _NATIVE_RECV_INTO(self.fd, view)  # type: ignore[no-any-return]
-            except BlockingIOError:
-                return None
-        sock = self.sock
-        if len(view) > HOLD_MAX_NBYTES:  # a large copy releases the GIL; its time is no stall
-            try:
-                return sock.recv_into(view)  # type: ignore[no-any-return]
-            except BlockingIOError:
-                return None
-        start = perf_counter()
-        if self.own_socket_io and start < _gilheld.held_until:
-            try:
-                return _gilheld.recv_into(sock.fileno(), view)
-            except BlockingIOError:
-                return None
-        try:
-            received = sock.recv_into(view)
-        except BlockingIOError:
-            received = None
-        end = perf_counter()
-        if end - start > _MIN_STALL_S + (received or 0) * _COPY_S_PER_BYTE:
-            if _gilheld.stalled(end - start, received or 0):
-                _gilheld.note_stall(end)
-        return received  # type: ignore[no-any-return]
 
     def park(self) -> bool:
         """The pending read waits for the socket: send the replies the cork
@@ -515,7 +438,7 @@ class StreamCore(ReadCore):
             if len(buffers) <= IOV_MAX:
                 total = _total_nbytes(buffers)
                 try:
-                    sent = self._sendmsg(buffers, total) if total else 0
+                    sent = self.calls.sendmsg(buffers, total) if total else 0
                 except BlockingIOError:
                     blocked = True
                     self.proof.unconfirmed = False  # (a socket with an error fails a send)
@@ -560,7 +483,7 @@ class StreamCore(ReadCore):
                 offered = 0
                 for view in views:
                     offered += len(view)
-                sent = self._sendmsg(views, offered)
+                sent = self.calls.sendmsg(views, offered)
             except BlockingIOError:
                 self.proof.unconfirmed = False  # (a socket with an error fails a send)
                 break
@@ -633,52 +556,3 @@ class StreamCore(ReadCore):
         self.write_index += total
         self.cork_nbytes += total
         return True
-
-    def _untimed(self, nbytes: int) -> bool:
-        """Whether a receive or send of ``nbytes`` on the real socket goes
-        as a native call, untimed (the compiled build, see `recv_plain`):
-        up to `HOLD_MAX_NBYTES`, in a process with no other Python thread
-        (none can want the GIL, so there is no stall to watch for).  Where
-        one exists every call is timed, as in the pure build, so that a
-        stall is seen at once.  Which of the two holds is looked at again
-        every `PROBE_EVERY` such calls (``untimed`` counts them down: above
-        0 untimed, below 0 timed)."""
-        if not self.own_socket_io or nbytes > HOLD_MAX_NBYTES:
-            return False
-        left = self.untimed
-        if left > 0:
-            self.untimed = left - 1
-            return True
-        if left < 0:
-            self.untimed = left + 1
-            return False
-        if other_threads():
-            self.untimed = 1 - PROBE_EVERY
-            return False
-        self.untimed = PROBE_EVERY - 1
-        return True
-
-    def _sendmsg(self, buffers: Any, nbytes: int) -> int:
-        """``sendmsg(buffers)`` (``nbytes`` in all) on the plain socket,
-        keeping the GIL while it is contended (see `tornado_readinto._gilheld`).
-        In the compiled build, in a process with no other Python thread, a
-        real socket's send of up to `HOLD_MAX_NBYTES` is one native
-        ``writev`` that keeps the GIL, untimed (see `_untimed`).
-
-        :raises BlockingIOError: the send buffer is full.
-        :raises OSError: the send failed.
-        """
-        if _NATIVE_WRITEV is not None and self._untimed(nbytes):
-            return _NATIVE_WRITEV(self.fd, buffers)  # type: ignore[no-any-return]
-        sock = self.sock
-        if nbytes > HOLD_MAX_NBYTES:  # a large copy releases the GIL; its time is no stall
-            return sock.sendmsg(buffers)  # type: ignore[no-any-return]
-        start = perf_counter()
-        if self.own_socket_io and start < _gilheld.held_until:
-            return _gilheld.writev(sock.fileno(), buffers)
-        sent = sock.sendmsg(buffers)
-        end = perf_counter()
-        if end - start > _MIN_STALL_S + sent * _COPY_S_PER_BYTE:
-            if _gilheld.stalled(end - start, sent):
-                _gilheld.note_stall(end)
-        return sent

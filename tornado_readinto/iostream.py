@@ -285,9 +285,9 @@ class ReadIntoIOStream(IOStream):
         core = self._core
         if core is not None and core.read_from_fd is not None:
             return core.read_from_fd
-        if core is None or core.sock is None:  # made without __init__ (TLS tests)
+        if core is None or core.calls.sock is None:  # made without __init__ (TLS tests)
             return self._socket_read_from_fd()
-        return core.recv_plain
+        return core.calls.recv_into  # type: ignore[no-any-return]
 
     @read_from_fd.setter
     def read_from_fd(self, function: Callable[[memoryview], int | None]) -> None:  # type: ignore[override]
@@ -465,7 +465,7 @@ class ReadIntoIOStream(IOStream):
 
     @property
     def _own_socket_io(self) -> bool:
-        return self._core.own_socket_io
+        return self._core.calls.keep_gil  # type: ignore[no-any-return]
 
     @property
     def _cork_nbytes(self) -> int:

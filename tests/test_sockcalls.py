@@ -1,0 +1,171 @@
+"""`SocketCalls` alone, over a real TCP connection on 127.0.0.1: the
+receive and send calls of a plain socket, and the GIL-keeping heuristic
+switched on and off (``keep_gil``), with an explicit clock."""
+
+import math
+import socket
+
+import pytest
+
+from tornado_readinto import _gilheld, _sockcalls
+from tornado_readinto._sockcalls import HOLD_MAX_NBYTES, PROBE_EVERY, SocketCalls
+
+from .conftest import Clock
+
+
+@pytest.fixture
+def tcp_pair():
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(listener.getsockname())
+    b, _ = listener.accept()
+    listener.close()
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+class Counted:
+    """Counts `_gilheld`'s held calls and the clock's readings."""
+
+    def __init__(self, monkeypatch, clock):
+        self.held = []  # ("recv" | "writev", nbytes asked)
+        self.readings = 0
+        recv_into, writev = _gilheld.recv_into, _gilheld.writev
+
+        def counting_recv_into(fd, view):
+            self.held.append(("recv", len(view)))
+            return recv_into(fd, view)
+
+        def counting_writev(fd, buffers):
+            self.held.append(("writev", sum(memoryview(b).nbytes for b in buffers)))
+            return writev(fd, buffers)
+
+        def reading():
+            self.readings += 1
+            return clock()
+
+        monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
+        monkeypatch.setattr(_gilheld, "writev", counting_writev)
+        if _sockcalls._NATIVE_RECV_INTO is not None:
+            monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", counting_recv_into)
+            monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", counting_writev)
+        monkeypatch.setattr(_sockcalls, "perf_counter", reading)
+
+
+def _recv_all(calls, nbytes, ask=0):
+    """``nbytes`` received with ``calls``, each call asking for what is left
+    (or for ``ask`` bytes, if given)."""
+    out = bytearray()
+    buf = bytearray(max(nbytes, ask))
+    while len(out) < nbytes:
+        got = calls.recv_into(memoryview(buf)[: ask or nbytes - len(out)])
+        if got is None:
+            continue
+        assert got, "EOF before every byte came"
+        out += buf[:got]
+    return bytes(out)
+
+
+@pytest.mark.parametrize("keep_gil", [True, False], ids=["keep-gil", "socket-methods"])
+def test_calls_keep_the_read_from_fd_contract(tcp_pair, keep_gil):
+    """Bytes sent with `sendmsg` arrive whole with `recv_into`; an empty
+    socket gives None (EAGAIN), a closed peer 0 (EOF); either way."""
+    a, b = tcp_pair
+    sender, receiver = SocketCalls(a, keep_gil), SocketCalls(b, keep_gil)
+    assert sender.keep_gil is keep_gil and (sender.fd == a.fileno()) is keep_gil
+    assert receiver.recv_into(memoryview(bytearray(16))) is None
+    parts = [b"head" * 4, bytes(range(256)) * 8, b"tail"]
+    assert sender.sendmsg(parts, sum(map(len, parts))) == sum(map(len, parts))
+    assert _recv_all(receiver, sum(map(len, parts))) == b"".join(parts)
+    a.shutdown(socket.SHUT_WR)
+    got = None
+    for _ in range(1000):  # the FIN is on its way
+        got = receiver.recv_into(memoryview(bytearray(16)))
+        if got is not None:
+            break
+    assert got == 0
+
+
+@pytest.mark.parametrize("keep_gil", [True, False], ids=["keep-gil", "socket-methods"])
+def test_a_contended_gil_is_kept_only_when_keep_gil_says_so(tcp_pair, monkeypatch, keep_gil):
+    """While the process has seen the GIL contended, small calls are the
+    held ones with ``keep_gil``, the socket's own without it; a large call
+    is always the socket's own, untimed."""
+    a, b = tcp_pair
+    clock = Clock()
+    counted = Counted(monkeypatch, clock)
+    monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)  # every small call timed or held
+    monkeypatch.setattr(_gilheld, "held_until", math.inf)
+    sender, receiver = SocketCalls(a, keep_gil), SocketCalls(b, keep_gil)
+    assert sender.sendmsg([b"x" * 100], 100) == 100
+    assert _recv_all(receiver, 100) == b"x" * 100
+    if keep_gil:
+        assert counted.held[0] == ("writev", 100) and counted.held[1][0] == "recv"
+    else:
+        assert counted.held == []
+    counted.held.clear()
+    counted.readings = 0
+    large = 4 * HOLD_MAX_NBYTES  # the socket's own calls, untimed, whatever keep_gil says
+    sent = sender.sendmsg([b"y" * large], large)
+    assert sent > 0 and _recv_all(receiver, sent, ask=large) == b"y" * sent
+    assert counted.held == [] and counted.readings == 0
+
+
+def test_a_slow_small_call_is_a_stall_that_turns_the_held_calls_on(tcp_pair, monkeypatch):
+    """A small receive that took far longer than its copy (a clock that
+    steps 50 ms per reading) notes a stall, process-wide: the next small
+    call keeps the GIL.  Without ``keep_gil`` the call is still timed (so
+    the process notices), but never held."""
+    a, b = tcp_pair
+    clock = Clock(step=50e-3)
+    counted = Counted(monkeypatch, clock)
+    monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)
+    monkeypatch.setattr(_gilheld, "other_threads", lambda: True)  # (a stall needs another thread)
+    plain = SocketCalls(b, keep_gil=False)
+    assert plain.recv_into(memoryview(bytearray(64))) is None  # EAGAIN, timed: 50 ms
+    assert _gilheld.held(clock.now) and counted.readings == 2 and counted.held == []
+    SocketCalls(a, keep_gil=True).sendmsg([b"z" * 10], 10)
+    assert counted.held == [("writev", 10)]
+    assert plain.recv_into(memoryview(bytearray(64))) in (None, 10)
+    assert counted.held == [("writev", 10)]  # plain: never held
+
+
+@pytest.mark.skipif(_sockcalls._NATIVE_RECV_INTO is None, reason="the pure build times every socket call")
+def test_compiled_alone_small_calls_are_native_and_untimed_and_threads_are_probed_every_32(tcp_pair, monkeypatch):
+    """Compiled, with no other Python thread: small calls are the native
+    ones, no clock read; whether another thread exists is asked once per
+    `PROBE_EVERY` calls.  Once one exists, the next probe makes the calls
+    timed."""
+    a, b = tcp_pair
+    counted = Counted(monkeypatch, Clock())
+    probes = []
+    others = [False]
+
+    def other_threads():
+        probes.append(others[0])
+        return others[0]
+
+    monkeypatch.setattr(_sockcalls, "other_threads", other_threads)
+    sender = SocketCalls(a, keep_gil=True)
+    for _ in range(2 * PROBE_EVERY):
+        sender.sendmsg([b"p"], 1)
+    assert len(counted.held) == 2 * PROBE_EVERY and counted.readings == 0 and probes == [False, False]
+    others[0] = True
+    counted.held.clear()
+    for _ in range(PROBE_EVERY + 1):
+        sender.sendmsg([b"q"], 1)
+    assert counted.held == [] and counted.readings == 2 * (PROBE_EVERY + 1) and probes[-1] is True
+    assert _recv_all(SocketCalls(b, keep_gil=False), 3 * PROBE_EVERY + 1) == b"p" * 2 * PROBE_EVERY + b"q" * (
+        PROBE_EVERY + 1
+    )
+
+
+def test_off_lets_the_socket_go(tcp_pair):
+    """``off`` (``start_tls`` took the socket): no socket, no fd, no held calls."""
+    a, _ = tcp_pair
+    calls = SocketCalls(a, keep_gil=True)
+    calls.off()
+    assert calls.sock is None and calls.fd == -1 and not calls.keep_gil
+    assert SocketCalls(None, keep_gil=True).keep_gil is False
