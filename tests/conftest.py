@@ -139,9 +139,9 @@ class Clock:
 
 @pytest.fixture
 def stream_clock(monkeypatch):
-    """An explicit clock for the streams (their core,
-    `tornado_readinto._streamcore`, reads ``perf_counter`` for busy
-    polling, for how long a short recv proves a socket empty, and to time
+    """An explicit clock for the streams (their core reads ``perf_counter``
+    for busy polling, `tornado_readinto._emptyproof` for how long a short
+    recv proves a socket empty, and `tornado_readinto._sockcalls` to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
     test process would otherwise make a stream retry a recv it had proved

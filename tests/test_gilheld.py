@@ -410,7 +410,7 @@ def test_the_compiled_build_moves_small_messages_with_untimed_native_calls(loop_
     as in the pure build: here, uncontended, the socket's own method.  A
     larger receive (a big frame received in place) is the socket's method
     either way."""
-    # (what the core asks: busypoll.other_threads, native in this build)
+    # (what SocketCalls asks: busypoll.other_threads, native in this build)
     monkeypatch.setattr(_sockcalls, "other_threads", lambda: threads > 1)
     readings = [0]
 

@@ -3,6 +3,7 @@ receive and send calls of a plain socket, and the GIL-keeping heuristic
 switched on and off (``keep_gil``), with an explicit clock."""
 
 import math
+import select
 import socket
 
 import pytest
@@ -62,16 +63,24 @@ def _recv_all(calls, nbytes, ask=0):
     while len(out) < nbytes:
         got = calls.recv_into(memoryview(buf)[: ask or nbytes - len(out)])
         if got is None:
+            assert select.select([calls.sock], [], [], 5.0)[0], f"{nbytes - len(out)} bytes never came"
             continue
         assert got, "EOF before every byte came"
         out += buf[:got]
     return bytes(out)
 
 
-@pytest.mark.parametrize("keep_gil", [True, False], ids=["keep-gil", "socket-methods"])
-def test_calls_keep_the_read_from_fd_contract(tcp_pair, keep_gil):
+@pytest.mark.parametrize(
+    "keep_gil, contended", [(True, False), (True, True), (False, True)], ids=["keep-gil", "held", "socket-methods"]
+)
+def test_calls_keep_the_read_from_fd_contract(tcp_pair, monkeypatch, keep_gil, contended):
     """Bytes sent with `sendmsg` arrive whole with `recv_into`; an empty
-    socket gives None (EAGAIN), a closed peer 0 (EOF); either way."""
+    socket gives None (EAGAIN), a closed peer 0 (EOF): through the native
+    calls (compiled, alone), the held ones (the GIL seen contended), or the
+    socket's own."""
+    if contended:
+        monkeypatch.setattr(_gilheld, "held_until", math.inf)
+        monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)  # (compiled: not the native calls)
     a, b = tcp_pair
     sender, receiver = SocketCalls(a, keep_gil), SocketCalls(b, keep_gil)
     assert sender.keep_gil is keep_gil and (sender.fd == a.fileno()) is keep_gil
@@ -99,6 +108,10 @@ def test_a_contended_gil_is_kept_only_when_keep_gil_says_so(tcp_pair, monkeypatc
     monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)  # every small call timed or held
     monkeypatch.setattr(_gilheld, "held_until", math.inf)
     sender, receiver = SocketCalls(a, keep_gil), SocketCalls(b, keep_gil)
+    assert receiver.recv_into(memoryview(bytearray(64))) is None  # EAGAIN: held, or the socket's, timed
+    assert counted.held == ([("recv", 64)] if keep_gil else [])
+    assert counted.readings == (1 if keep_gil else 2)  # a held call reads the clock once, a timed one twice
+    counted.held.clear()
     assert sender.sendmsg([b"x" * 100], 100) == 100
     assert _recv_all(receiver, 100) == b"x" * 100
     if keep_gil:

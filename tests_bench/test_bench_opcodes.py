@@ -14,7 +14,7 @@ from benchmarks import harness as h
 from benchmarks import opcodes
 from benchmarks.harness.meta import command_line
 
-#: _gilheld's functions that a slow socket call runs (see _streamcore.receive).
+#: _gilheld's functions that a slow socket call runs (see _sockcalls.SocketCalls.recv_into and sendmsg).
 STALL_TEST = {"_gilheld.py:stalled", "_gilheld.py:stall_threshold", "_gilheld.py:note_stall"}
 
 

@@ -79,7 +79,7 @@ class SocketCalls:
 
     Not thread-safe: one belongs to one stream, on its event loop's thread.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     __slots__ = ("sock", "fd", "keep_gil", "untimed")
@@ -89,7 +89,8 @@ class SocketCalls:
         self.sock: socket.socket = sock  # type: ignore[assignment]
         #: The calls may keep the GIL (a real socket's own methods).
         self.keep_gil = keep_gil and sock is not None
-        #: Its fd, for the native calls (with ``keep_gil``; else -1).
+        #: Its fd, for the native calls (with ``keep_gil``; else -1).  The
+        #: held calls ask the socket (-1 once it is closed: EBADF).
         self.fd = sock.fileno() if self.keep_gil else -1  # type: ignore[union-attr]
         #: Native calls left before the next timed one (see `PROBE_EVERY`):
         #: above 0 untimed, below 0 timed, 0 looks at the threads again.
@@ -100,8 +101,8 @@ class SocketCalls:
         (Tornado's ``read_from_fd`` contract).
 
         Cost: up to `HOLD_MAX_NBYTES`, one native ``recv`` (compiled, no
-        other thread), else the socket's method or a held ``recv`` and two
-        ``perf_counter`` reads; larger, the socket's method alone.
+        other thread), else the socket's method and two ``perf_counter``
+        reads, or a held ``recv`` and one; larger, the socket's method alone.
 
         :raises OSError: the receive failed.
         """
@@ -119,7 +120,7 @@ class SocketCalls:
         start = perf_counter()
         if self.keep_gil and start < _gilheld.held_until:
             try:
-                return _gilheld.recv_into(self.fd, view)  # type: ignore[no-any-return]
+                return _gilheld.recv_into(sock.fileno(), view)  # type: ignore[no-any-return]
             except BlockingIOError:
                 return None
         try:
@@ -133,7 +134,8 @@ class SocketCalls:
         return received
 
     def sendmsg(self, buffers: Sequence[Any], nbytes: int) -> int:
-        """``sendmsg(buffers)`` (``nbytes`` in all): the bytes sent.  Same
+        """``sendmsg(buffers)`` (``nbytes`` in all): the bytes sent, an int
+        (as the socket's ``sendmsg`` returns; a wrapper's must too).  Same
         choice of call, and cost, as `recv_into` (a native ``writev``).
 
         :raises BlockingIOError: the send buffer is full.
@@ -146,7 +148,7 @@ class SocketCalls:
             return sock.sendmsg(buffers)
         start = perf_counter()
         if self.keep_gil and start < _gilheld.held_until:
-            return _gilheld.writev(self.fd, buffers)  # type: ignore[no-any-return]
+            return _gilheld.writev(sock.fileno(), buffers)  # type: ignore[no-any-return]
         sent = sock.sendmsg(buffers)
         end = perf_counter()
         if end - start > _MIN_STALL_S + sent * _COPY_S_PER_BYTE:

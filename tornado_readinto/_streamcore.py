@@ -185,7 +185,10 @@ class StreamCore(ReadCore):
     :arg tls_record_nbytes: a receive shorter than asked and shorter than
         this proves the socket drained (TLS: `TLS_RECORD_NBYTES`; 0: none).
     :arg own_socket_io: ``sock`` is a real socket whose own C methods may be
-        replaced by `tornado_readinto._gilheld`'s while the GIL is contended.
+        replaced by `tornado_readinto._gilheld`'s calls (`SocketCalls`'s
+        ``keep_gil``: held calls while the GIL is contended, and in the
+        compiled build untimed native calls in a process with no other
+        Python thread).
     :arg busy_poll: the busy-poll policy told when a read parks, or None.
     :arg read_from_fd: the face's receive (TLS, a subclass's override), or
         None: the core receives on ``sock`` itself.
