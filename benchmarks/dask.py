@@ -10,6 +10,7 @@ and ``readinto-tls://`` against ``tls://`` on real clusters.
     python -m benchmarks dask --workload transfer-cold --repeat 7       # fresh clusters, wall-clock GB/s
     python -m benchmarks dask --workload transfer-cold --env TORNADO_READINTO_HOLD_GIL=0   # one heuristic off
     python -m benchmarks dask --workload transfer-cold --pretouch --repeat 15   # receiver's pages resident first
+    python -m benchmarks dask --workload transfer-cold --pair switch --pretouch --floor   # and this machine's floor
     python -m benchmarks dask --pair switch-sink,switch-source --workload transfer,transfer-cold   # mixed pairs
     python -m benchmarks dask --netpath loopback,mtu1500,mtu1500@1gbit    # rpc and transfers across a veth (root)
 
@@ -31,7 +32,13 @@ task per array on worker b until every result is back, with nothing
 released early, as a user's workload sees it (`run_fresh_workload`); each
 repetition also records the receiving worker's user and kernel CPU seconds
 per GiB, and ``--pretouch`` has that worker make as much fresh memory
-resident (and free it) just before the clock starts (`pretouch`); and
+resident (and free it) just before the clock starts (`pretouch`);
+``--floor`` adds a third row to it, ``bare-fetch``: the same arrays fetched
+the same way (one request and one array at a time, over a new connection,
+into fresh memory kept alive) with no dask, no event loop and no comm, by a
+blocking ``recv_into`` (`benchmarks.harness.barefetch`), alternating with
+the two protocols, so that its ratio to the baseline says how much faster
+than it any comm could make the workload on this machine; and
 ``busy-worker``, one worker process with two threads, per task shape and
 switch interval: its threads run a busy task while the client times tasks,
 RPCs, heartbeats and a fetch (`benchmarks.dask_busyworker`).
@@ -74,7 +81,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
 
 from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
-from benchmarks.harness import check, netpath
+from benchmarks.harness import barefetch, check, netpath
 from benchmarks.harness import plot as plots
 from benchmarks.harness.cpu import host_reported_kib
 
@@ -93,6 +100,8 @@ PAIRS: dict[str, tuple[str, str]] = {
 
 #: The suffix of a switched side's protocol name (see `PAIRS`).
 SWITCHED = "+switch"
+#: ``--floor``'s row of ``transfer-cold``: no dask, no comm (`benchmarks.harness.barefetch`).
+BARE_FETCH = "bare-fetch"
 #: A mixed side (``tcp+switch-sink``, ``tcp+switch-source``): a stock
 #: scheduler and client, and of the two workers only the one named
 #: switched, by its own preload (`tornado_readinto.dask_switch.PRELOAD` in
@@ -825,7 +834,8 @@ def run_alternating(
     repetition, measured)`` keeps it and says its figures; an exception
     fails that side (``fail(side, why)``), which then runs no more (nor
     do the sides in ``failed`` at the start)."""
-    plan = [(-1 - w, s) for w in range(args.warmup) for s in range(len(protocols))] + h.alternation(args.repeat)
+    plan = [(-1 - w, s) for w in range(args.warmup) for s in range(len(protocols))]
+    plan += h.alternation(args.repeat, len(protocols))
     failed = set() if failed is None else set(failed)
     for n, (repetition, i) in enumerate(plan, 1):
         if i in failed:
@@ -928,10 +938,14 @@ def run_fresh_workload(
     workload: str, protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
 ) -> list[DaskResult]:
     """``workload`` on a fresh cluster of `open_side`'s shape for every
-    repetition, warm-ups included; starting and closing it is not timed."""
+    repetition, warm-ups included; starting and closing it is not timed.
+    The pseudo-protocol `BARE_FETCH` (``--floor``) runs
+    `benchmarks.harness.barefetch` instead, in the same alternation."""
     results = [DaskResult(workload, p, protocols[0]) for p in protocols]
 
     def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        if protocols[i] == BARE_FETCH:
+            return barefetch.run(args.cold_count, args.transfer_size, args.pretouch, args.timeout)
         with open_side(protocols[i], security, args) as side:
             return measure(workload, side, args, repetition)
 
@@ -1003,7 +1017,8 @@ def _run_pair(pair: str, args: argparse.Namespace, tmp: str, progress: Callable[
         if workload == "busy-worker":
             results += busy.run_busy_worker((baseline, readinto), security, args, progress)
         else:
-            results += run_fresh_workload(workload, (baseline, readinto), security, args, progress)
+            floor = (BARE_FETCH,) if workload == "transfer-cold" and getattr(args, "floor", False) else ()
+            results += run_fresh_workload(workload, (baseline, readinto, *floor), security, args, progress)
     return results
 
 
@@ -1088,6 +1103,12 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             action="store_true",
             help="transfer-cold: the receiving worker first makes as much fresh memory resident and frees it"
             " (untimed, both protocols), so that a VM's page provisioning does not decide the time",
+        )
+        p.add_argument(
+            "--floor",
+            action="store_true",
+            help=f"transfer-cold: also a {BARE_FETCH} row, the same fetches with no dask and no comm (a blocking"
+            " recv_into over plain TCP): this machine's floor for the workload",
         )
         p.add_argument(
             "--full-size",
@@ -1217,6 +1238,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             "event_loop": args.event_loop,
             "busy_poll": args.busy_poll,
             "pretouch": args.pretouch,
+            "floor": getattr(args, "floor", False),
             "env": args.env,  # --env: set in the readinto side's worker processes only
             "sizes": {
                 "rpc": args.rpc,

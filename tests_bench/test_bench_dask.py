@@ -349,6 +349,42 @@ def test_bench_dask_transfer_cold_pretouch_tiny_real_run(tmp_path: Path) -> None
         assert (repeat["host_reported_mib"] is None) == (host_reported_kib() is None), repeat
 
 
+def test_bench_dask_transfer_cold_floor_tiny_real_run(tmp_path: Path) -> None:
+    """--floor: transfer-cold gains a bare-fetch row (the same fetches with
+    no dask: blocking recv_into over plain TCP), run in the same alternation,
+    checked byte for byte, with a ratio to the baseline like the others'."""
+    path = tmp_path / "dask.json"
+    argv = ["--workload", "transfer-cold", "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--transfer-size",
+            "1MiB", "--cold-count", "3", "--pretouch", "--floor", "--json", str(path)]  # fmt: skip
+    assert SUITE.main(argv) == 0
+    data = json.loads(path.read_text())
+    assert data["meta"]["floor"] is True
+    rows = data["results"]
+    assert [r["protocol"] for r in rows] == ["tcp", "readinto", bench.BARE_FETCH]
+    floor = rows[2]
+    assert floor["status"] == "ok", floor
+    (repeat,) = floor["repeats"]
+    assert repeat["count"] == 3 and repeat["nbytes"] == 3 << 20 and repeat["pretouch"] is True
+    assert len(repeat["per_array_ms"]) == 3 and all(ms > 0 for ms in repeat["per_array_ms"])
+    assert repeat["value"] == pytest.approx(repeat["nbytes"] / repeat["elapsed_s"] / 1e9)
+    assert floor["x_baseline"] > 0
+
+
+def test_bench_dask_barefetch_checks_every_byte() -> None:
+    """The bare fetch's check fails, naming the array, when one byte of it
+    differs from what the sender filled it with; a run passes it."""
+    import numpy as np
+
+    from benchmarks.harness import barefetch
+
+    assert barefetch.run(2, 1 << 16, pretouch=False)["count"] == 2
+    arrays = [np.full(1 << 12, barefetch._fill(i), np.uint8) for i in range(3)]
+    barefetch.check_arrays(arrays)
+    arrays[1][4095] ^= 1
+    with pytest.raises(RuntimeError, match="array 1 does not hold"):
+        barefetch.check_arrays(arrays)
+
+
 def test_bench_dask_host_reported_kib_reads_the_counter(tmp_path: Path) -> None:
     """`host_reported_kib`: the number in the page-reporting counter file,
     None where the file is missing or not a number; `_delta_mib` turns two
