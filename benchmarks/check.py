@@ -49,7 +49,7 @@ _LOAD = ("load", "--server", "readinto,readinto-spin,framed-pool,asyncio-protoco
 _ECHO = ("echo", "--impl", "readinto,framed-pool,threads", "--msize", "100MiB", "--repeat", "3", "--rounds", "2")
 #: ``--pretouch``: on a VM whose balloon hands free pages back to the host,
 #: a fresh worker's first touch of its memory costs up to 4 s of kernel time
-#: per GiB for either protocol, at random (see `benchmarks.dask.pretouch`).
+#: per GiB for either protocol, at random (see `benchmarks.harness.cpu.pretouch`).
 _DASK = ("dask", "--workload", "rpc,transfer,transfer-cold", "--pair", "tcp", "--repeat", "5", "--pretouch")
 #: ``--only`` names -> (JSON file, ``python -m benchmarks`` arguments) of each run, in the order they run.
 RUNS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {

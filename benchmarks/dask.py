@@ -83,7 +83,7 @@ from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
 from benchmarks.harness import barefetch, check, netpath
 from benchmarks.harness import plot as plots
-from benchmarks.harness.cpu import host_reported_kib
+from benchmarks.harness.cpu import host_reported_kib, pretouch
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).  A protocol
 #: ending in `SWITCHED` is distributed's own scheme with the switch on
@@ -489,22 +489,6 @@ def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
             # is where fresh pages are paid for (see `pretouch`)
             "sink_user_s_per_gib": (times_after[0] - times_before[0]) / (nbytes / 2**30),
             "sink_sys_s_per_gib": (times_after[1] - times_before[1]) / (nbytes / 2**30)}  # fmt: skip
-
-
-def pretouch(nbytes: int) -> int:
-    """In a worker: make ``nbytes`` of fresh memory resident (one write per
-    4 KiB page), then free it, so that the pages a transfer receives into
-    next are already the guest's.  On a VM whose balloon reports free pages
-    to the host (virtio-balloon free page reporting), the first touch of a
-    page the host took back costs a host round trip: about 4 s of kernel
-    time per GiB on the development VM, for either protocol, which then
-    decides a fresh cluster's transfer time.  Returns the bytes touched."""
-    import numpy as np
-
-    block = np.empty(nbytes, np.uint8)
-    block[::4096] = 1
-    del block
-    return nbytes
 
 
 def _square(nbytes: int, chunk_nbytes: int) -> tuple[int, int]:

@@ -137,6 +137,44 @@ class Clock:
         return self.now
 
 
+class HeldCalls:
+    """Counts the held calls (wrapping `_gilheld.recv_into` and `writev`,
+    and the compiled build's untimed native calls, which are the same
+    functions), recording where each recv was asked to land."""
+
+    def __init__(self, monkeypatch):
+        from tornado_readinto import _gilheld, _sockcalls
+        from tornado_readinto.testing import buffer_address
+
+        self.recvs = []  # (address, requested, received or None)
+        self.writes = []  # bytes sent per writev
+        recv_into, writev = _gilheld.recv_into, _gilheld.writev
+
+        def counting_recv_into(fd, view):
+            try:
+                received = recv_into(fd, view)
+            except BlockingIOError:
+                self.recvs.append((buffer_address(view), len(view), None))
+                raise
+            self.recvs.append((buffer_address(view), len(view), received))
+            return received
+
+        def counting_writev(fd, buffers):
+            sent = writev(fd, buffers)
+            self.writes.append(sent)
+            return sent
+
+        monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
+        monkeypatch.setattr(_gilheld, "writev", counting_writev)
+        if _sockcalls._NATIVE_RECV_INTO is not None:
+            monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", counting_recv_into)
+            monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", counting_writev)
+
+    def clear(self):
+        self.recvs.clear()
+        self.writes.clear()
+
+
 @pytest.fixture
 def stream_clock(monkeypatch):
     """An explicit clock for the streams (their core reads ``perf_counter``

@@ -23,7 +23,7 @@ from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, _s
 from tornado_readinto.busypoll import spinner_for
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
-from .conftest import Clock, gil_holding_thread, patch_stream_clock, run, thread_until_stopped
+from .conftest import Clock, HeldCalls, gil_holding_thread, patch_stream_clock, run, thread_until_stopped
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 HEADER = struct.pack("<QQ", 1, len(PAYLOAD))
@@ -49,41 +49,6 @@ def timed_calls_only(monkeypatch):
 def idle_thread():
     """Another Python thread exists (waiting, holding nothing)."""
     return thread_until_stopped(lambda stop: stop.wait())
-
-
-class HeldCalls:
-    """Counts the held calls (wrapping `_gilheld.recv_into` and `writev`,
-    and the compiled build's untimed native calls, which are the same
-    functions), recording where each recv was asked to land."""
-
-    def __init__(self, monkeypatch):
-        self.recvs = []  # (address, requested, received or None)
-        self.writes = []  # bytes sent per writev
-        recv_into, writev = _gilheld.recv_into, _gilheld.writev
-
-        def counting_recv_into(fd, view):
-            try:
-                received = recv_into(fd, view)
-            except BlockingIOError:
-                self.recvs.append((buffer_address(view), len(view), None))
-                raise
-            self.recvs.append((buffer_address(view), len(view), received))
-            return received
-
-        def counting_writev(fd, buffers):
-            sent = writev(fd, buffers)
-            self.writes.append(sent)
-            return sent
-
-        monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
-        monkeypatch.setattr(_gilheld, "writev", counting_writev)
-        if _sockcalls._NATIVE_RECV_INTO is not None:
-            monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", counting_recv_into)
-            monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", counting_writev)
-
-    def clear(self):
-        self.recvs.clear()
-        self.writes.clear()
 
 
 # -- the calls -------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from tornado_readinto import _gilheld, _sockcalls
 from tornado_readinto._sockcalls import HOLD_MAX_NBYTES, PROBE_EVERY, SocketCalls
 
-from .conftest import Clock
+from .conftest import Clock, HeldCalls
 
 
 @pytest.fixture
@@ -27,32 +27,17 @@ def tcp_pair():
     b.close()
 
 
-class Counted:
-    """Counts `_gilheld`'s held calls and the clock's readings."""
+def count_readings(monkeypatch, clock):
+    """``_sockcalls``' clock is ``clock``; returns a one-item list that
+    counts its readings."""
+    readings = [0]
 
-    def __init__(self, monkeypatch, clock):
-        self.held = []  # ("recv" | "writev", nbytes asked)
-        self.readings = 0
-        recv_into, writev = _gilheld.recv_into, _gilheld.writev
+    def reading():
+        readings[0] += 1
+        return clock()
 
-        def counting_recv_into(fd, view):
-            self.held.append(("recv", len(view)))
-            return recv_into(fd, view)
-
-        def counting_writev(fd, buffers):
-            self.held.append(("writev", sum(memoryview(b).nbytes for b in buffers)))
-            return writev(fd, buffers)
-
-        def reading():
-            self.readings += 1
-            return clock()
-
-        monkeypatch.setattr(_gilheld, "recv_into", counting_recv_into)
-        monkeypatch.setattr(_gilheld, "writev", counting_writev)
-        if _sockcalls._NATIVE_RECV_INTO is not None:
-            monkeypatch.setattr(_sockcalls, "_NATIVE_RECV_INTO", counting_recv_into)
-            monkeypatch.setattr(_sockcalls, "_NATIVE_WRITEV", counting_writev)
-        monkeypatch.setattr(_sockcalls, "perf_counter", reading)
+    monkeypatch.setattr(_sockcalls, "perf_counter", reading)
+    return readings
 
 
 def _recv_all(calls, nbytes, ask=0):
@@ -104,26 +89,27 @@ def test_a_contended_gil_is_kept_only_when_keep_gil_says_so(tcp_pair, monkeypatc
     is always the socket's own, untimed."""
     a, b = tcp_pair
     clock = Clock()
-    counted = Counted(monkeypatch, clock)
+    held, readings = HeldCalls(monkeypatch), count_readings(monkeypatch, clock)
     monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)  # every small call timed or held
     monkeypatch.setattr(_gilheld, "held_until", math.inf)
     sender, receiver = SocketCalls(a, keep_gil), SocketCalls(b, keep_gil)
     assert receiver.recv_into(memoryview(bytearray(64))) is None  # EAGAIN: held, or the socket's, timed
-    assert counted.held == ([("recv", 64)] if keep_gil else [])
-    assert counted.readings == (1 if keep_gil else 2)  # a held call reads the clock once, a timed one twice
-    counted.held.clear()
+    assert [(asked, got) for _, asked, got in held.recvs] == ([(64, None)] if keep_gil else [])
+    assert held.writes == []
+    assert readings[0] == (1 if keep_gil else 2)  # a held call reads the clock once, a timed one twice
+    held.clear()
     assert sender.sendmsg([b"x" * 100], 100) == 100
     assert _recv_all(receiver, 100) == b"x" * 100
     if keep_gil:
-        assert counted.held[0] == ("writev", 100) and counted.held[1][0] == "recv"
+        assert held.writes == [100] and held.recvs
     else:
-        assert counted.held == []
-    counted.held.clear()
-    counted.readings = 0
+        assert held.writes == [] and held.recvs == []
+    held.clear()
+    readings[0] = 0
     large = 4 * HOLD_MAX_NBYTES  # the socket's own calls, untimed, whatever keep_gil says
     sent = sender.sendmsg([b"y" * large], large)
     assert sent > 0 and _recv_all(receiver, sent, ask=large) == b"y" * sent
-    assert counted.held == [] and counted.readings == 0
+    assert held.writes == [] and held.recvs == [] and readings[0] == 0
 
 
 def test_a_slow_small_call_is_a_stall_that_turns_the_held_calls_on(tcp_pair, monkeypatch):
@@ -133,16 +119,16 @@ def test_a_slow_small_call_is_a_stall_that_turns_the_held_calls_on(tcp_pair, mon
     the process notices), but never held."""
     a, b = tcp_pair
     clock = Clock(step=50e-3)
-    counted = Counted(monkeypatch, clock)
+    held, readings = HeldCalls(monkeypatch), count_readings(monkeypatch, clock)
     monkeypatch.setattr(_sockcalls, "other_threads", lambda: True)
     monkeypatch.setattr(_gilheld, "other_threads", lambda: True)  # (a stall needs another thread)
     plain = SocketCalls(b, keep_gil=False)
     assert plain.recv_into(memoryview(bytearray(64))) is None  # EAGAIN, timed: 50 ms
-    assert _gilheld.held(clock.now) and counted.readings == 2 and counted.held == []
+    assert _gilheld.held(clock.now) and readings[0] == 2 and held.recvs == [] and held.writes == []
     SocketCalls(a, keep_gil=True).sendmsg([b"z" * 10], 10)
-    assert counted.held == [("writev", 10)]
+    assert held.writes == [10] and held.recvs == []
     assert plain.recv_into(memoryview(bytearray(64))) in (None, 10)
-    assert counted.held == [("writev", 10)]  # plain: never held
+    assert held.writes == [10] and held.recvs == []  # plain: never held
 
 
 @pytest.mark.skipif(_sockcalls._NATIVE_RECV_INTO is None, reason="the pure build times every socket call")
@@ -152,7 +138,7 @@ def test_compiled_alone_small_calls_are_native_and_untimed_and_threads_are_probe
     `PROBE_EVERY` calls.  Once one exists, the next probe makes the calls
     timed."""
     a, b = tcp_pair
-    counted = Counted(monkeypatch, Clock())
+    held, readings = HeldCalls(monkeypatch), count_readings(monkeypatch, Clock())
     probes = []
     others = [False]
 
@@ -164,12 +150,12 @@ def test_compiled_alone_small_calls_are_native_and_untimed_and_threads_are_probe
     sender = SocketCalls(a, keep_gil=True)
     for _ in range(2 * PROBE_EVERY):
         sender.sendmsg([b"p"], 1)
-    assert len(counted.held) == 2 * PROBE_EVERY and counted.readings == 0 and probes == [False, False]
+    assert len(held.writes) == 2 * PROBE_EVERY and readings[0] == 0 and probes == [False, False]
     others[0] = True
-    counted.held.clear()
+    held.clear()
     for _ in range(PROBE_EVERY + 1):
         sender.sendmsg([b"q"], 1)
-    assert counted.held == [] and counted.readings == 2 * (PROBE_EVERY + 1) and probes[-1] is True
+    assert held.writes == [] and readings[0] == 2 * (PROBE_EVERY + 1) and probes[-1] is True
     assert _recv_all(SocketCalls(b, keep_gil=False), 3 * PROBE_EVERY + 1) == b"p" * 2 * PROBE_EVERY + b"q" * (
         PROBE_EVERY + 1
     )

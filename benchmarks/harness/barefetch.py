@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.harness.cpu import host_reported_kib
+from benchmarks.harness.cpu import host_reported_kib, pretouch
 from benchmarks.harness.units import parse_size
 
 __all__ = ["check_arrays", "run"]
@@ -72,7 +72,7 @@ def _sender(port: int, count: int, nbytes: int) -> None:
     sock.recv(1)
 
 
-def _receive(count: int, nbytes: int, pretouch: bool) -> dict[str, Any]:
+def _receive(count: int, nbytes: int, touch: bool) -> dict[str, Any]:
     import numpy as np
 
     listener = socket.create_server(("127.0.0.1", 0))
@@ -87,10 +87,8 @@ def _receive(count: int, nbytes: int, pretouch: bool) -> dict[str, Any]:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if conn.recv(1) != b"r":
         raise RuntimeError("barefetch: the sender failed before it was ready")
-    if pretouch:
-        block = np.empty(count * nbytes, np.uint8)
-        block[::4096] = 1
-        del block
+    if touch:
+        pretouch(count * nbytes)
     kept = []
     per_array = []
     reported = host_reported_kib()
@@ -124,7 +122,7 @@ def _receive(count: int, nbytes: int, pretouch: bool) -> dict[str, Any]:
         "nbytes": total,
         "count": count,
         "per_array_ms": [s * 1e3 for s in per_array],
-        "pretouch": pretouch,
+        "pretouch": touch,
         "host_reported_mib": None if reported is None or after is None else (after - reported) / 1024,
     }
 

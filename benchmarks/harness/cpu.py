@@ -15,7 +15,8 @@ one way to read a thread's.
 * `host_reported_kib`: KiB of free memory the guest kernel has handed back
   to the host so far (virtio-balloon free page reporting): the next first
   touch of such memory costs a host round trip, so a window in which it
-  rises pays for fresh pages that another window did not.
+  rises pays for fresh pages that another window did not; `pretouch`
+  makes a receiver's next pages resident before a window starts.
 * `process_usage`: this process's ``getrusage`` counters (CPU, minor page
   faults, context switches) for the profiles that need more than CPU time.
 
@@ -106,3 +107,20 @@ def host_reported_kib(path: str = REPORTED_KIB_PATH) -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
+
+
+def pretouch(nbytes: int) -> int:
+    """Make ``nbytes`` of fresh memory resident (one write per 4 KiB page),
+    then free it, so that the pages a transfer receives into next are
+    already the guest's.  On a VM whose balloon reports free pages to the
+    host (virtio-balloon free page reporting, see `host_reported_kib`), the
+    first touch of a page the host took back costs a host round trip: about
+    4 s of kernel time per GiB on the development VM, which then decides a
+    fresh receiver's transfer time.  Returns the bytes touched.  Needs
+    numpy (imported here: the module needs it for this only)."""
+    import numpy as np
+
+    block = np.empty(nbytes, np.uint8)
+    block[::4096] = 1
+    del block
+    return nbytes
