@@ -81,7 +81,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
 
 from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
-from benchmarks.harness import barefetch, check, netpath
+from benchmarks.harness import barefetch, check, netpath, switchroutes
 from benchmarks.harness import plot as plots
 from benchmarks.harness.cpu import host_reported_kib, pretouch
 
@@ -669,30 +669,32 @@ def environ(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-@contextlib.contextmanager
-def switched(on: bool) -> Iterator[None]:
-    """With ``on``, this process's new ``tcp://``/``tls://`` comms and
-    listeners are this package's, and the processes it spawns meanwhile get
-    the switch's preloads through dask config (`dask_switch.switch_on`);
-    both are undone on exit, so that the other side's cluster, made next,
-    is stock.  Comms made while it was on keep their class."""
-    if not on:
-        yield
-        return
-    from tornado_readinto import dask_switch
+def check_own_comms(side: Side) -> None:
+    """This process's open comms of ``side`` (its client's connection pool,
+    and its scheduler's when the scheduler runs here) are all this
+    package's on a switched or ``readinto://`` side and all distributed's
+    on any other (a mixed side's scheduler and client are stock): a
+    repetition ran over the comms its row names (`switchroutes`)."""
+    from tornado_readinto.dask_backend import ReadIntoComm
 
-    dask_switch.switch_on()
-    try:
-        yield
-    finally:
-        dask_switch.switch_off()
+    expect = side.protocol.endswith(SWITCHED) or side.protocol.startswith("readinto")
+    pools = [side.client.rpc, getattr(getattr(side.cluster, "scheduler", None), "rpc", None)]
+    kinds = {
+        (address, type(comm).__name__): isinstance(comm, ReadIntoComm)
+        for pool in pools
+        if pool is not None
+        for by_address in (pool.available, pool.occupied)
+        for address, comms in by_address.items()
+        for comm in comms
+    }
+    wrong = sorted(where for where, mine in kinds.items() if mine != expect)
+    check(not wrong, f"{side.protocol}: comms of the other kind in this process: {wrong}")
 
 
 def check_switched(client: Any, on: bool) -> None:
     """Every worker's and the scheduler's listener is the switched class
-    (``on``), or none is (`dask_switch.verify`, asked of each process; the
-    scheduler runs in this process, whose registry `switched` has already
-    put back)."""
+    (``on``), or none is (`dask_switch.verify`, asked of each process; for
+    the scheduler, which runs in this process, its listener's class)."""
     from tornado_readinto import dask_switch
 
     report = dask_switch.verify(client)
@@ -733,10 +735,14 @@ def open_side(
             yield side
         return
     scheme = protocol.removesuffix(SWITCHED)
+    on = protocol != scheme
     with contextlib.ExitStack() as opened:
+        # This process's comms to the side's processes are switched (or
+        # not) whenever they are made, until the side closes (`switchroutes`).
+        name = opened.enter_context(switchroutes.routes.side(on))
         # LocalCluster starts (and spawns its workers) in __init__, and the
         # client connects in its own: both while the switch (if any) is on.
-        with environ(env), switched(protocol != scheme):
+        with environ(env), switchroutes.routes.start(on):
             cluster = opened.enter_context(
                 LocalCluster(
                     protocol=f"{scheme}://",
@@ -751,11 +757,12 @@ def open_side(
                 )
             )
             client = opened.enter_context(Client(cluster, timeout="60s", **kwargs))
-        client.wait_for_workers(n_workers, timeout=120)
+            client.wait_for_workers(n_workers, timeout=120)
+            name(switchroutes.side_addresses(client))
         workers = sorted(client.scheduler_info()["workers"])
         check(all(w.startswith(f"{scheme}://") for w in workers), f"workers not on {scheme}://: {workers}")
         check(client.scheduler.address.startswith(f"{scheme}://"), f"scheduler at {client.scheduler.address}")
-        check_switched(client, protocol != scheme)
+        check_switched(client, on)
         yield Side(protocol, cluster, client, workers, worker_env=check_worker_env(client, env, args))
 
 
@@ -844,10 +851,13 @@ def measure(workload: str, side: Side, args: argparse.Namespace, repetition: int
     if workload in PREPARE_EACH_REP:
         PREPARE_EACH_REP[workload](side, args, repetition + args.warmup)
     if not side.processes:
-        return REPS[workload](side, args)
+        measured = REPS[workload](side, args)
+        check_own_comms(side)
+        return measured
     before = {role: h.process_cpu_s(p.pid) for role, p in side.processes.items()}
     measured = REPS[workload](side, args)
     after = {role: h.process_cpu_s(p.pid) for role, p in side.processes.items()}
+    check_own_comms(side)
     cpu_s: dict[str, float | None] = {}
     for role, start in before.items():
         end = after[role]

@@ -63,7 +63,7 @@ from typing import Any, Callable
 
 from benchmarks import dask as bench
 from benchmarks import harness as h
-from benchmarks.harness import check, netpath
+from benchmarks.harness import check, netpath, switchroutes
 from benchmarks.harness.processes import child_env
 
 #: A side's two workers: a makes and serves the arrays (server namespace),
@@ -201,7 +201,9 @@ def open_side(protocol: str, args: argparse.Namespace, path: netpath.NetPath) ->
     env = bench.side_env(protocol, args)
     mixed_role = bench.MIXED_ROLES.get(protocol)
     with tempfile.TemporaryDirectory(prefix="side-") as tmp, contextlib.ExitStack() as opened:
-        with bench.switched(protocol.endswith(bench.SWITCHED)):  # the config the processes inherit, and the client
+        on = protocol.endswith(bench.SWITCHED)
+        name = opened.enter_context(switchroutes.routes.side(on))  # this process's comms to the side's
+        with switchroutes.routes.start(on):  # the config the processes inherit, and the client
             config = {"DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config)}
             scheduler_file = f"{tmp}/scheduler.json"
             scheduler_argv = ["distributed.cli.dask_scheduler", "--host", path.server_host, "--port", "0",
@@ -218,7 +220,8 @@ def open_side(protocol: str, args: argparse.Namespace, path: netpath.NetPath) ->
                 log = f"{tmp}/worker-{role}.log"
                 processes[role] = opened.enter_context(_started(prefix, worker_argv, {**config, **env}, log))
             client = opened.enter_context(Client(address, timeout="60s"))
-        client.wait_for_workers(len(WORKER_ROLES), timeout=STARTUP_TIMEOUT_S)
+            client.wait_for_workers(len(WORKER_ROLES), timeout=STARTUP_TIMEOUT_S)
+            name(switchroutes.side_addresses(client))
         by_name = {str(w["name"]): a for a, w in client.scheduler_info()["workers"].items()}
         addresses = {"scheduler": client.scheduler.address, "client": client.scheduler_comm.comm.local_address,
                      **{role: by_name[role] for role in WORKER_ROLES}}  # fmt: skip

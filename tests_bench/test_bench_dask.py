@@ -429,6 +429,60 @@ def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" and r["value"]["median"] > 0 for r in rows), rows
 
 
+def test_bench_dask_switch_routes_by_peer_whenever_a_comm_is_made() -> None:
+    """`switchroutes`: with a stock and a switched side in one process, a comm
+    made after both started (as dask's connection pools make them) is this
+    package's to a process of the switched side and distributed's to one of
+    the stock side, whichever side started last; listeners made while a
+    switched side starts are this package's; once the switched side ends the
+    process is stock again."""
+    import asyncio
+
+    from distributed.comm import connect, listen
+    from distributed.comm.tcp import TCP, TCPListener
+
+    from benchmarks.harness.switchroutes import Routes, routes
+    from tornado_readinto import dask_switch
+    from tornado_readinto.dask_backend import ReadIntoComm
+    from tornado_readinto.dask_tcp import InPlaceTCPListener
+
+    async def handle(comm: Any) -> None:
+        await comm.write(await comm.read())
+        await comm.close()
+
+    async def echo(address: str) -> Any:
+        comm = await connect(address)
+        await comm.write({"x": 1})
+        assert await comm.read() == {"x": 1}
+        await comm.close()
+        return comm
+
+    async def main() -> None:
+        assert isinstance(routes, Routes)
+        with routes.side(True) as name_switched, routes.side(False) as name_stock:
+            with routes.start(True):
+                switched = listen("tcp://127.0.0.1:0", handle)
+                await switched.start()
+            with routes.start(False):
+                stock = listen("tcp://127.0.0.1:0", handle)
+                await stock.start()
+            name_switched([switched.contact_address])
+            name_stock([stock.contact_address])
+            assert isinstance(switched, InPlaceTCPListener)
+            assert type(stock) is TCPListener
+            assert isinstance(await echo(switched.contact_address), ReadIntoComm)
+            assert type(await echo(stock.contact_address)) is TCP
+            assert not dask_switch.is_switched()  # the routing backend, not the switch
+            switched.stop()
+        assert type(await echo(stock.contact_address)) is TCP
+        from distributed.comm.registry import backends
+
+        assert type(backends["tcp"]).__module__ == "distributed.comm.tcp"
+        stock.stop()
+
+    asyncio.run(main())
+
+
 def test_bench_dask_each_pair_has_its_own_baseline() -> None:
     """Pairs share the baseline protocol's name (``tcp+spec``): each row is
     compared with the baseline of its own pair's run, not the first one."""
