@@ -441,7 +441,7 @@ def test_bench_dask_switch_routes_by_peer_whenever_a_comm_is_made() -> None:
     from distributed.comm import connect, listen
     from distributed.comm.tcp import TCP, TCPListener
 
-    from benchmarks.harness.switchroutes import Routes, routes
+    from benchmarks.harness.switchroutes import routes
     from tornado_readinto import dask_switch
     from tornado_readinto.dask_backend import ReadIntoComm
     from tornado_readinto.dask_tcp import InPlaceTCPListener
@@ -458,7 +458,6 @@ def test_bench_dask_switch_routes_by_peer_whenever_a_comm_is_made() -> None:
         return comm
 
     async def main() -> None:
-        assert isinstance(routes, Routes)
         with routes.side(True) as name_switched, routes.side(False) as name_stock:
             with routes.start(True):
                 switched = listen("tcp://127.0.0.1:0", handle)

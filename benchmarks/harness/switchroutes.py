@@ -97,18 +97,16 @@ class Routes:
         if not on:
             yield
             return
-        import dask
+        from tornado_readinto import dask_switch
 
-        from tornado_readinto.dask_switch import PRELOAD, PRELOAD_KEYS
-
-        preloads = {key: [*_as_list(dask.config.get(key, [])), PRELOAD] for key in PRELOAD_KEYS}
+        dask_switch.switch_on()  # the preloads in dask config (and its backends, replaced next)
         self._install()
         self.starting += 1
         try:
-            with dask.config.set(preloads):
-                yield
+            yield
         finally:
             self.starting -= 1
+            dask_switch.switch_off()  # the config as it was (and distributed's backends, replaced next)
             self._install()
             self._uninstall_if_unused()
 
@@ -134,9 +132,10 @@ class Routes:
             self._uninstall_if_unused()
 
     def _install(self) -> None:
-        """Put the routing backends in (again: the switch's preload, which
-        the in-process Scheduler, Nannies and Client of a switched side run
-        while it starts, installs this package's backends process-wide)."""
+        """Put the routing backends in (again: `dask_switch.switch_on` and
+        ``switch_off``, and the switch's preload, which the in-process
+        Scheduler, Nannies and Client of a switched side run while it
+        starts, each install backends process-wide)."""
         from distributed.comm import tcp
         from distributed.comm.registry import backends
 
@@ -163,12 +162,6 @@ class Routes:
         for scheme, backend in self._saved.items():
             backends[scheme] = backend
         self._saved.clear()
-
-
-def _as_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    return [value] if isinstance(value, str) else list(value)
 
 
 #: The one `Routes` of this process.
