@@ -328,25 +328,33 @@ def test_tls_min_version_and_ciphers_from_security(server: str, client: str) -> 
     run(check())
 
 
-def test_keepalive_and_user_timeout_as_tcp_py_sets_them() -> None:
-    async def options(impl: str) -> tuple[int, ...]:
+def test_keepalive_as_tcp_py_sets_it_but_no_user_timeout() -> None:
+    """Ours keeps tcp.py's keepalive and NODELAY but leaves TCP_USER_TIMEOUT
+    off, which aborts healthy connections after zero-window episodes
+    (docs/reliability.rst, "Dead peers")."""
+
+    async def options(impl: str) -> tuple[tuple[int, ...], int]:
         async with comm_pair("tcp", "stock" if impl == "ours" else "ours", impl, Security()) as comm:
             sock = comm.stream.socket
-            return tuple(
+            same = tuple(
                 sock.getsockopt(level, name)
                 for level, name in [
                     (socket.SOL_SOCKET, socket.SO_KEEPALIVE),
                     (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
                     (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
                     (socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
-                    (socket.IPPROTO_TCP, 18),  # TCP_USER_TIMEOUT
                     (socket.IPPROTO_TCP, socket.TCP_NODELAY),
                 ]
             )
+            return same, sock.getsockopt(socket.IPPROTO_TCP, 18)  # TCP_USER_TIMEOUT, ms
 
-    for timeout in ["30s", "100s"]:
+    for timeout, seconds in [("30s", 30), ("100s", 100)]:
         with dask.config.set({"distributed.comm.timeouts.tcp": timeout}):
-            assert run(options("ours")) == run(options("stock"))
+            ours, ours_user_timeout = run(options("ours"))
+            stock, stock_user_timeout = run(options("stock"))
+            assert ours == stock
+            assert ours[0] != 0  # keepalive on
+            assert (ours_user_timeout, stock_user_timeout) == (0, seconds * 1000)
 
 
 def test_keepalive_schedule_is_tcp_py_schedule_where_stock_allows_it() -> None:

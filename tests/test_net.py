@@ -132,4 +132,6 @@ def test_set_tcp_keepalive_options():
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 3  # 5 probes over the rest
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 5
         if sys.platform.startswith("linux"):
-            assert sock.getsockopt(socket.IPPROTO_TCP, 18) == 30_000  # TCP_USER_TIMEOUT, ms
+            # Not set: it aborts healthy connections after zero-window episodes
+            # (docs/reliability.rst, "Dead peers").
+            assert sock.getsockopt(socket.IPPROTO_TCP, 18) == 0  # TCP_USER_TIMEOUT

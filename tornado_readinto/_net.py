@@ -56,8 +56,6 @@ _KEEPALIVE_PROBES: Final = 5
 #: tcp.py's fixed probe count (Windows' unsettable default, used everywhere).
 _DISTRIBUTED_KEEPALIVE_PROBES: Final = 10
 
-# socket.TCP_USER_TIMEOUT needs Python 3.12; the value is 18 since Linux 2.6.37.
-_TCP_USER_TIMEOUT: Final = getattr(socket, "TCP_USER_TIMEOUT", 18)
 
 
 # -- connecting -------------------------------------------------------------------
@@ -345,11 +343,20 @@ def keepalive_schedule(timeout_s: int, *, like_distributed: bool = False) -> tup
 
 
 def set_tcp_keepalive(sock: socket.socket, timeout_s: int, *, like_distributed: bool = False) -> None:
-    """Let the kernel notice a dead peer within ``timeout_s`` seconds:
-    keepalive probes on an idle connection (`keepalive_schedule`), and
-    ``TCP_USER_TIMEOUT`` for unacknowledged data (Linux).  Nothing for
-    ``timeout_s <= 0``; an ``OSError`` (a socket already gone) is logged at
-    debug level."""
+    """Let the kernel notice a dead peer on an idle connection within
+    ``timeout_s`` seconds: keepalive probes (`keepalive_schedule`).  Nothing
+    for ``timeout_s <= 0``; an ``OSError`` (a socket already gone) is logged
+    at debug level.
+
+    ``TCP_USER_TIMEOUT`` is not set (stock ``tcp.py`` sets it to the same
+    budget): Linux applies it to zero-window probing too, and keeps the start
+    of a zero-window episode that ended while data was in flight, so the
+    first probe of a later episode (a receiver that stopped reading for
+    200 ms, any time after ``timeout_s``) aborts a healthy connection with
+    ``ETIMEDOUT`` (seen on Linux 6.18; see "Dead peers" in
+    ``docs/reliability.rst``).  Unacknowledged data to a dead peer is then
+    given up after the kernel's retransmission limit (``tcp_retries2``,
+    about 15 minutes by default) instead of ``timeout_s``."""
     if timeout_s <= 0:
         return
     try:
@@ -359,7 +366,5 @@ def set_tcp_keepalive(sock: socket.socket, timeout_s: int, *, like_distributed: 
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, nprobes)
-        if sys.platform.startswith("linux"):
-            sock.setsockopt(socket.IPPROTO_TCP, _TCP_USER_TIMEOUT, timeout_s * 1000)
     except OSError as exc:
         logger.debug("could not set TCP keepalive on %r: %s", sock, exc)

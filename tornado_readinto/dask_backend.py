@@ -185,8 +185,9 @@ _CONNECTION_ERRORS: Final = (StreamClosedError, ssl.SSLError, FramingError)
 
 
 def _set_tcp_keepalive(sock: socket.socket) -> None:
-    """Let the kernel notice a dead peer within ``distributed.comm.timeouts.tcp``
-    (30 s by default), with tcp.py's keepalive schedule; see
+    """Let the kernel notice a dead peer on an idle connection within
+    ``distributed.comm.timeouts.tcp`` (30 s by default), with tcp.py's
+    keepalive schedule, but without its ``TCP_USER_TIMEOUT``; see
     `tornado_readinto._net.set_tcp_keepalive`."""
     timeout_s = int(parse_timedelta(dask.config.get("distributed.comm.timeouts.tcp"), default="seconds"))
     set_tcp_keepalive(sock, timeout_s, like_distributed=True)
