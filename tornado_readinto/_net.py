@@ -348,15 +348,9 @@ def set_tcp_keepalive(sock: socket.socket, timeout_s: int, *, like_distributed: 
     for ``timeout_s <= 0``; an ``OSError`` (a socket already gone) is logged
     at debug level.
 
-    ``TCP_USER_TIMEOUT`` is not set (stock ``tcp.py`` sets it to the same
-    budget): Linux applies it to zero-window probing too, and on 6.18 it
-    aborted healthy connections with ``ETIMEDOUT`` within half a second of
-    the start of a zero-window episode (a receiver that stopped reading for a
-    few hundred milliseconds) that came ``timeout_s`` or more after an
-    earlier one; see "Dead peers" in ``docs/reliability.rst``.
-    Unacknowledged data to a dead peer is then given up after the kernel's
-    retransmission limit (``tcp_retries2``, about 15 minutes by default)
-    instead of ``timeout_s``."""
+    ``TCP_USER_TIMEOUT`` is not set, unlike stock ``tcp.py``: on Linux it
+    aborted healthy connections after zero-window episodes (why, and what
+    this trades: "Dead peers" in ``docs/reliability.rst``)."""
     if timeout_s <= 0:
         return
     try:
