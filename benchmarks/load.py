@@ -97,18 +97,6 @@ BOUND_SERVERS: dict[str, tuple[str, str]] = {
     "bound-tornado": ("bound-tornado", "framed"),
 }
 
-#: The compiled-core spike (``benchmarks/impls/_spike.py``): accepted by
-#: ``--server``, not run by default, plain TCP only; ``spike-compiled``,
-#: ``spike-face`` and ``spike-shared`` build the compiled spike on demand
-#: (``benchmarks/spike/``: Cython and a C compiler; once per source version).
-SPIKE_SERVERS: dict[str, tuple[str, str]] = {
-    "spike-compiled": ("spike-compiled", "framed"),
-    "spike-face": ("spike-face", "framed"),
-    "spike-shared": ("spike-shared", "framed"),
-    "spike-pure": ("spike-pure", "framed"),
-}
-
-
 #: The pure-Python build of the package's servers, for a side-by-side A/B
 #: against the compiled build in one run: the same echo servers, run with
 #: ``TORNADO_READINTO_NO_EXTENSIONS=1`` (`PURE_BUILD_ENV`).  Accepted by
@@ -134,8 +122,8 @@ def pin_cpus() -> tuple[set[int], set[int]]:
 
 def _all_servers() -> dict[str, tuple[str, str]]:
     """Every name ``--server`` takes: the load servers, the pure builds, the
-    bounds, the spike."""
-    return {**LOAD_SERVERS, **PURE_SERVERS, **BOUND_SERVERS, **SPIKE_SERVERS}
+    bounds."""
+    return {**LOAD_SERVERS, **PURE_SERVERS, **BOUND_SERVERS}
 
 
 #: The ratio columns: loop-thread CPU per message relative to these servers,
@@ -309,7 +297,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "--server",
             type=h.csv(server),
             help=f"comma list (default: all: {','.join(LOAD_SERVERS)}; "
-            f"also the lower bounds: {','.join(BOUND_SERVERS)}; the spike: {','.join(SPIKE_SERVERS)})",
+            f"also the lower bounds: {','.join(BOUND_SERVERS)})",
         )
         p.add_argument("--loop", type=h.csv(loop), help="server event loops (default: asyncio,uvloop if installed)")
         p.add_argument(

@@ -262,11 +262,11 @@ def test_remake_runs_each_command_into_the_results_directory(tmp_path: Path,
     table beside it; a file whose condition does not hold here is not run."""
     count = "python -m benchmarks.opcodes --impl asyncio-protocol --loop asyncio --clients 1 --messages 20"
     plans = [publish.Remake("opcodes-bounds.json", f"TORNADO_READINTO_NO_EXTENSIONS=1 {count}"),
-             publish.Remake("opcodes-spike.json", count, needs=lambda: "needs what is not here")]
+             publish.Remake("opcodes-other.json", count, needs=lambda: "needs what is not here")]
     assert publish.remake(plans, tmp_path, publish.Results(tmp_path)) == 1  # one not run
     out = capsys.readouterr().out
     assert f"TORNADO_READINTO_NO_EXTENSIONS=1 {count} --json {tmp_path}/opcodes-bounds.json\n" in out
-    assert "#   opcodes-spike.json: needs what is not here" in out and "python -m benchmarks.publish" in out
+    assert "#   opcodes-other.json: needs what is not here" in out and "python -m benchmarks.publish" in out
     data = json.loads((tmp_path / "opcodes-bounds.json").read_text())
     assert missing_meta(data) == [] and data["meta"]["build"]["name"] == "pure"
     assert data["meta"]["command"] == f"TORNADO_READINTO_NO_EXTENSIONS=1 {count} --json {tmp_path}/opcodes-bounds.json"

@@ -412,18 +412,13 @@ def test_every_load_server_serves_tls_and_the_others_say_why_not() -> None:
     assert _tls.unavailable() is None
     lines = SUITE.listing().splitlines()
     nload, npure, nbound = len(load.LOAD_SERVERS), len(load.PURE_SERVERS), len(load.BOUND_SERVERS)
-    assert len(lines) == nload + npure + nbound + len(load.SPIKE_SERVERS)
+    assert len(lines) == nload + npure + nbound
     assert all("tls: available]" in line for line in lines[: nload + npure])
     assert [line.split()[0] for line in lines[nload : nload + npure]] == list(load.PURE_SERVERS)
     nload += npure
     # the lower bounds are plain TCP only, and say so
     assert [line.split()[0] for line in lines[nload : nload + nbound]] == list(load.BOUND_SERVERS)
     assert all("has no TLS server" in line for line in lines[nload : nload + nbound])
-    # so is the compiled-core spike (whose compiled servers say why when it cannot be built)
-    assert [line.split()[0] for line in lines[nload + nbound :]] == list(load.SPIKE_SERVERS)
-    assert all(
-        "has no TLS server" in line or "compiled spike" in line or "Cython" in line for line in lines[nload + nbound :]
-    )
 
 
 def test_load_server_without_tls_is_skipped_with_its_reason(

@@ -99,25 +99,6 @@ IMPLS: dict[str, ImplSpec] = {
             "._bounds:BoundTornado",
             "lower bound: bound-floor with ReadIntoIOStream's dispatch and bookkeeping",
         ),
-        ImplSpec(
-            "spike-compiled",
-            "._spike:SpikeCompiled",
-            "compiled-core spike: readinto's code on a compiled cdef-class stream (not a product)",
-            requires=("benchmarks.impls._spike_built",),
-        ),
-        ImplSpec(
-            "spike-face",
-            "._spike:SpikeFace",
-            "spike-compiled behind a Python face (a Python frame per stream call; not a product)",
-            requires=("benchmarks.impls._spike_built",),
-        ),
-        ImplSpec(
-            "spike-shared",
-            "._spike:SpikeShared",
-            "spike-compiled, reads done at once share a resolved Future (not a product)",
-            requires=("benchmarks.impls._spike_built",),
-        ),
-        ImplSpec("spike-pure", "._spike:SpikePure", "compiled-core spike, its pure-Python twin (not a product)"),
         ImplSpec("threads", "._threads:Threads", "blocking sockets, a thread per connection", "threads"),
         ImplSpec(
             "threads-uninit",
