@@ -81,6 +81,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
 
 from benchmarks import dask_busyworker as busy
 from benchmarks import harness as h
+from benchmarks.dask_tasks import checksum, environ_of, inc, make_array, make_partition, nunique_keys
 from benchmarks.harness import barefetch, check, netpath, switchroutes
 from benchmarks.harness import plot as plots
 from benchmarks.harness.cpu import host_reported_kib, pretouch
@@ -265,40 +266,6 @@ def cpu_ratio(results: Sequence[DaskResult], result: DaskResult) -> float | None
     if result.is_baseline or key is None:
         return None
     return h.median_ratio(result, baseline_of(results, result), key, lower_is_better=True)
-
-
-# -- task functions (run on the workers) ----------------------------------------------------------
-
-
-def inc(x: int) -> int:
-    return x + 1
-
-
-def make_array(i: int, nbytes: int) -> Any:
-    import numpy as np
-
-    return np.full(nbytes // 8, float(i))
-
-
-def checksum(array: Any) -> tuple[tuple[int, ...], float]:
-    return tuple(array.shape), float(array.sum())
-
-
-def make_partition(i: int, nrows: int, nkeys: int) -> Any:
-    import numpy as np
-    import pandas as pd
-
-    rng = np.random.default_rng(i)
-    return pd.DataFrame({"key": rng.integers(0, nkeys, nrows), "value": rng.integers(0, 1000, nrows)})
-
-
-def nunique_keys(df: Any) -> int:
-    return int(df["key"].nunique())
-
-
-def environ_of(names: Sequence[str]) -> dict[str, str | None]:
-    """The values of ``names`` in this process's environment (None: unset)."""
-    return {name: os.environ.get(name) for name in names}
 
 
 # -- workloads ------------------------------------------------------------------------------------
@@ -845,6 +812,48 @@ def run_alternating(
         progress(f"[{n}/{len(plan)}] {name:<8} {protocols[i]:<12} {label:<10} {figures} ({elapsed:.1f}s)")
 
 
+def run_busy_worker(
+    protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[Any]:
+    """Every variant in turn, each with its own alternation of the protocols
+    (fresh clusters every repetition)."""
+    baseline = protocols[0]
+    out: list[Any] = []
+    for shape, interval_s in busy.variants(args):
+        variant = busy.variant_name(shape, interval_s)
+        rows = [busy.row_name(row, variant) for row in busy.BUSY_ROWS]
+        results = {(row, p): DaskResult(row, p, baseline) for p in protocols for row in rows}
+        config = busy.worker_config(interval_s)
+
+        def rep(i: int, repetition: int, n: int, shape: str = shape, interval_s: float | None = interval_s,
+                config: dict[str, Any] | None = config) -> dict[str, Any]:  # fmt: skip
+            kwargs = {} if config is None else {"config": config}
+            with open_side(protocols[i], security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS,
+                           **kwargs) as side:  # fmt: skip
+                return busy.rep_busy_worker(side, args, n, shape, interval_s)
+
+        def record(i: int, repetition: int, measured: dict[str, Any], rows: list[str] = rows,
+                   results: dict[Any, Any] = results) -> str:  # fmt: skip
+            if repetition >= 0:
+                for row, base in zip(rows, busy.BUSY_ROWS):
+                    results[row, protocols[i]].repeats.append(measured[base])
+            rpc = measured["busy-worker-rpc"]
+            return (
+                f"{h.format_rate(rpc['value'])} RPC/s ({rpc['switches_per_rpc']:.1f} switches/RPC),"
+                f" fetch {h.format_seconds(measured['busy-worker-fetch']['value'])},"
+                f" latency {h.format_seconds(measured['busy-worker-latency']['value'])},"
+                f" heartbeat {busy.format_delay(measured['busy-worker-heartbeat']['value'])}"
+            )
+
+        def fail(i: int, why: str, rows: list[str] = rows, results: dict[Any, Any] = results) -> None:
+            for row in rows:
+                results[row, protocols[i]].error = why
+
+        run_alternating(f"busy-worker {variant}", protocols, args, rep, record, fail, progress)
+        out += [results[row, p] for row in rows for p in protocols]
+    return out
+
+
 def measure(workload: str, side: Side, args: argparse.Namespace, repetition: int) -> dict[str, Any]:
     """One repetition of ``workload`` on ``side``: its untimed set-up, if it
     has one per repetition, then its rep function (`REPS`)."""
@@ -1009,7 +1018,7 @@ def _run_pair(pair: str, args: argparse.Namespace, tmp: str, progress: Callable[
                 results += run_workload(workload, (a, b), baseline, args, progress)
     for workload in (w for w in runnable if w in FRESH_CLUSTER_WORKLOADS):  # the shared ones are gone
         if workload == "busy-worker":
-            results += busy.run_busy_worker((baseline, readinto), security, args, progress)
+            results += run_busy_worker((baseline, readinto), security, args, progress)
         else:
             floor = (BARE_FETCH,) if workload == "transfer-cold" and getattr(args, "floor", False) else ()
             results += run_fresh_workload(workload, (baseline, readinto, *floor), security, args, progress)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Sequence
 from typing import Any, Callable
 
 from benchmarks import harness as h
@@ -120,7 +119,7 @@ def rep_busy_worker(
     from distributed import wait
 
     from benchmarks import dask_busy
-    from benchmarks.dask import inc, make_array
+    from benchmarks.dask_tasks import inc, make_array
 
     client, (worker,) = side.client, side.workers
     n = args.busy_size // 8
@@ -221,55 +220,11 @@ def rep_busy_worker(
 GB = 1e9  # bytes
 
 
-def _signed(seconds: float | None) -> str:
+def format_delay(seconds: float | None) -> str:
     """A delay that may be negative: "+1.2ms", "-2.07ms"."""
     if seconds is None:
         return h.format_seconds(None)
     return ("-" if seconds < 0 else "+") + h.format_seconds(abs(seconds))
-
-
-def run_busy_worker(
-    protocols: Sequence[str], security: Any, args: argparse.Namespace, progress: Callable[[str], None]
-) -> list[Any]:
-    """Every variant in turn, each with its own alternation of the protocols
-    (fresh clusters every repetition)."""
-    from benchmarks.dask import DaskResult, open_side, run_alternating
-
-    baseline = protocols[0]
-    out: list[Any] = []
-    for shape, interval_s in variants(args):
-        variant = variant_name(shape, interval_s)
-        rows = [row_name(row, variant) for row in BUSY_ROWS]
-        results = {(row, p): DaskResult(row, p, baseline) for p in protocols for row in rows}
-        config = worker_config(interval_s)
-
-        def rep(i: int, repetition: int, n: int, shape: str = shape, interval_s: float | None = interval_s,
-                config: dict[str, Any] | None = config) -> dict[str, Any]:  # fmt: skip
-            kwargs = {} if config is None else {"config": config}
-            with open_side(protocols[i], security, args, n_workers=1, threads_per_worker=BUSY_WORKER_THREADS,
-                           **kwargs) as side:  # fmt: skip
-                return rep_busy_worker(side, args, n, shape, interval_s)
-
-        def record(i: int, repetition: int, measured: dict[str, Any], rows: list[str] = rows,
-                   results: dict[Any, Any] = results) -> str:  # fmt: skip
-            if repetition >= 0:
-                for row, base in zip(rows, BUSY_ROWS):
-                    results[row, protocols[i]].repeats.append(measured[base])
-            rpc = measured["busy-worker-rpc"]
-            return (
-                f"{h.format_rate(rpc['value'])} RPC/s ({rpc['switches_per_rpc']:.1f} switches/RPC),"
-                f" fetch {h.format_seconds(measured['busy-worker-fetch']['value'])},"
-                f" latency {h.format_seconds(measured['busy-worker-latency']['value'])},"
-                f" heartbeat {_signed(measured['busy-worker-heartbeat']['value'])}"
-            )
-
-        def fail(i: int, why: str, rows: list[str] = rows, results: dict[Any, Any] = results) -> None:
-            for row in rows:
-                results[row, protocols[i]].error = why
-
-        run_alternating(f"busy-worker {variant}", protocols, args, rep, record, fail, progress)
-        out += [results[row, p] for row in rows for p in protocols]
-    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

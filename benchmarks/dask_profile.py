@@ -65,7 +65,8 @@ if __package__ in (None, ""):  # pragma: no cover - see benchmarks.dask
     sys.exit("run this benchmark as a module: python -m benchmarks dask_profile")
 
 from benchmarks import harness as h
-from benchmarks.dask import PAIRS, checksum, make_array, make_security, open_side
+from benchmarks.dask import PAIRS, make_security, open_side
+from benchmarks.dask_tasks import checksum, make_array
 from benchmarks.harness import check
 from benchmarks.harness.cpu import process_usage
 
@@ -350,7 +351,7 @@ def profile_chain(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     """A dependent chain alternating between the two workers (as
     ``benchmarks.dask``'s chain workload), cut into `HOP_SEGMENTS` from
     dask's own logs: median ms per segment over the hops."""
-    from benchmarks.dask import inc
+    from benchmarks.dask_tasks import inc
 
     client, workers = side.client, side.workers
     prefix = f"hop-{side.protocol}-"
@@ -396,7 +397,7 @@ def profile_tasks(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     spends its CPU, sampled over a second run."""
     from distributed import wait
 
-    from benchmarks.dask import inc
+    from benchmarks.dask_tasks import inc
 
     client = side.client
     pids = {"scheduler + client": os.getpid(), **dict(zip(("worker a", "worker b"), client.run(os.getpid).values()))}

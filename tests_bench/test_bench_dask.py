@@ -5,6 +5,7 @@ every workload over both protocols."""
 
 from __future__ import annotations
 
+import ast
 import json
 import threading
 from pathlib import Path
@@ -20,6 +21,29 @@ from benchmarks import harness as h  # noqa: E402
 from benchmarks.dask import SUITE, DaskResult, _square, ratio  # noqa: E402
 from benchmarks.harness import alternation  # noqa: E402
 from benchmarks.harness.cpu import host_reported_kib  # noqa: E402
+
+
+def imported_modules(module: Any) -> set[str]:
+    """Every module ``module``'s source imports, at its top or inside a function."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_the_busy_worker_workload_does_not_import_the_suite() -> None:
+    """`benchmarks.dask` imports the busy-worker workload; the workload and
+    the task functions never import it back, not even inside a function
+    (no import loop)."""
+    from benchmarks import dask_tasks
+
+    assert "benchmarks.dask_busyworker" in imported_modules(bench)
+    for module in (busy, dask_tasks):
+        assert not {"benchmarks.dask", "benchmarks.dask_profile", "benchmarks.dask_netpath"} & imported_modules(module)
 
 
 def make_result(workload: str, protocol: str, baseline: str, values: list[float], **kw: Any) -> DaskResult:
