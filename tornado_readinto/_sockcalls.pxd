@@ -12,3 +12,4 @@ cdef class SocketCalls:
     cpdef Py_ssize_t sendmsg(self, object buffers, Py_ssize_t nbytes) except -1
     cdef bint _untimed(self, Py_ssize_t nbytes)
     cpdef object off(self)
+    cpdef object socket_closed(self)

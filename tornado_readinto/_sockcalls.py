@@ -183,3 +183,11 @@ class SocketCalls:
         self.sock = None  # type: ignore[assignment]
         self.keep_gil = False
         self.fd = -1
+
+    def socket_closed(self) -> None:
+        """The socket is closed.  Its fd number may already name another
+        socket of the process, so no call uses the number again: a call now
+        is the closed socket's own method, which raises ``OSError``
+        (``EBADF``), as on a closed stock socket."""
+        self.keep_gil = False
+        self.fd = -1

@@ -303,6 +303,13 @@ class StreamCore(ReadCore):
         self.calls.off()
         self.lowat.off()
 
+    def socket_closed(self) -> None:
+        """The face closed the socket: this core is closed, and its calls
+        never use the socket's fd number again (it may already be another
+        socket's)."""
+        self.closed = True
+        self.calls.socket_closed()
+
     # -- Incoming flow ----------------------------------------------------------
 
     def receive(self) -> Any:

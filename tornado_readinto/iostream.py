@@ -772,7 +772,7 @@ class ReadIntoIOStream(IOStream):
                 self.io_loop.remove_handler(self.fileno())
                 self._state = None
             self.close_fd()
-            core.closed = True
+            core.socket_closed()
         self._signal_closed()
 
     def _signal_closed(self) -> None:
