@@ -43,8 +43,8 @@ makes the exit status non-zero.  ``--netpath mtu1500`` (``mtu9000``,
 namespaces joined by a veth pair of that MTU, optionally rate-limited, instead
 of over 127.0.0.1 (see ``benchmarks.harness.netpath``); the server's CPU time
 is read from /proc as on loopback.  ``--count-syscalls`` also counts the
-server's system calls by name for the whole run (``perf stat`` on the
-syscall tracepoints, see ``benchmarks.harness.syscounts``) and reports them
+server's system calls by name over the measured windows (``perf stat`` on
+the syscall tracepoints, see ``benchmarks.harness.syscounts``) and reports them
 per echoed message: CPU per message moves with what a syscall costs on the
 machine, the count does not.  See benchmarks/README.rst.
 """
@@ -346,7 +346,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         p.add_argument(
             "--count-syscalls",
             action="store_true",
-            help="count the server's system calls by name over the whole run (perf stat on the syscall "
+            help="count the server's system calls by name over the measured windows (perf stat on the syscall "
             "tracepoints; needs perf and root) and report them per echoed message (sysc/msg column, "
             "progress line, JSON 'syscalls'); tracing adds a little server CPU",
         )
@@ -417,8 +417,9 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     "--warmup", f"{args.warmup:g}", "--duration", f"{args.duration:g}", "--repeat", str(args.repeat),
                     "--host", host, *tls_client,
                 ]  # fmt: skip
-                if getattr(args, "count_syscalls", False):  # from the server's first line to its exit
-                    counters.append(syscounts.SyscallCounter(server_pid))
+                if getattr(args, "count_syscalls", False):  # over the measured windows only
+                    counters.append(syscounts.SyscallCounter(server_pid, windowed=True))
+                    argv += ["--syscalls-control", counters[-1].control]
                 return argv + (["--loop", args.client_loop] if args.client_loop else [])
 
             server_argv = ["server", "--impl", impl, "--loop", case.loop, *gil_thread, *tls_server, *common,
@@ -433,7 +434,8 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                     )  # fmt: skip
                 _fill(result, client, server, args.repeat)
                 for counter in counters:
-                    result.extra["syscalls"] = syscounts.summary(counter.finish(), server["messages"])
+                    windows = sum(r["messages"] for r in client["repeats"])  # what the counters saw
+                    result.extra["syscalls"] = syscounts.summary(counter.finish(), windows)
                 result.extra["compiled"] = first_line.get("compiled")
                 result.extra["server_cpus"] = first_line.get("cpus")
                 if pure and first_line.get("compiled") is not False:
@@ -462,7 +464,7 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
             "msgs/s x stock: msgs/s relative to stock's (higher is faster);\n"
             "path (with --netpath): loopback, or mtuN (a veth pair of MTU N between two network namespaces),\n"
             "@RATE: tc tbf on both ends; ratios compare servers on the same path;\n"
-            "sysc/msg: the server's system calls per echoed message over the whole run (--count-syscalls;\n"
+            "sysc/msg: the server's system calls per echoed message in the measured windows (--count-syscalls;\n"
             "by name on the progress line and in the JSON)."
         )
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,8 @@ def test_load_counts_the_servers_syscalls(tmp_path: Path, capsys: pytest.Capture
     assert "syscalls/msg (recv" in capsys.readouterr().err
     (entry,) = json.loads(out.read_text())["results"]
     syscalls = entry["syscalls"]
-    assert syscalls["messages"] == entry["messages_echoed_by_server"] > 0
+    # counted over the measured windows: the messages the client timed there
+    assert syscalls["messages"] == sum(r["messages"] for r in entry["repeats"]) > 0
     per_msg = syscalls["per_msg"]
     # asyncio's transport sends with send() (sendto); from Python 3.12 what
     # it had to queue (the socket was full) goes out with sendmsg
@@ -89,3 +92,48 @@ def test_load_counts_the_servers_syscalls(tmp_path: Path, capsys: pytest.Capture
     assert 0.98 <= per_msg["recvfrom"] <= 1.1 and 0.98 <= sends <= 1.1
     assert per_msg["total"] >= per_msg["recvfrom"] + sends
     assert load.SUITE.from_json(entry).extra["syscalls"]["per_msg"] == per_msg  # read back from the JSON
+
+
+#: A child that, for each line ``N`` on its stdin, makes N one-byte reads of
+#: /dev/zero and answers ``done``.
+_READER = """
+import os, sys
+zero = os.open("/dev/zero", os.O_RDONLY)
+for line in sys.stdin:
+    for _ in range(int(line)):
+        os.read(zero, 1)
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(syscounts.unavailable() is not None, reason=str(syscounts.unavailable()))
+def test_a_windowed_counter_counts_only_while_switched_on() -> None:
+    """1,000 reads before the window, 500 in it, 2,000 after: the counter
+    sees the 500 (and the one read of the line that asked for them)."""
+    child = subprocess.Popen([sys.executable, "-c", _READER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+
+    def reads(n: int) -> None:
+        child.stdin.write(f"{n}\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "done\n"
+
+    counter = syscounts.SyscallCounter(child.pid, windowed=True)
+    try:
+        assert counter.attached and counter.control
+        reads(1000)
+        switch = syscounts.WindowSwitch(counter.control)
+        switch.on()
+        reads(500)
+        switch.off()
+        switch.close()
+        reads(2000)
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
+        counts = counter.finish()
+    finally:
+        counter.kill()
+        child.kill()
+    assert 500 <= counts["read"] <= 505
+    assert counts["write"] <= 2  # its one "done"
+    assert counter.control and not Path(counter.control.split(",")[0]).exists()  # the FIFOs are gone

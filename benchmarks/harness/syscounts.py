@@ -5,10 +5,13 @@ and a context switch, which differ from machine to machine by an order of
 magnitude (and from hour to hour on a shared VM); the number of calls per
 message does not.  `SyscallCounter` runs ``perf stat`` on the syscall
 tracepoints of one process (``-p PID``) from just after it started until it
-exits, so the counts cover the whole run (the warm-up and the connections'
-setup too: a few hundred calls against the tens of thousands of messages of
-a case).  Tracepoints cost the traced process a little CPU per call, so CPU
-figures of a counting run read a little high.
+exits.  With ``windowed`` its counters start off and count only while the
+load client turns them on (`WindowSwitch`, through perf's control FIFOs),
+from the first measured window's start to the last one's end: the
+connections' setup, the warm-up and the close are left out, which at
+10,000 connections are as many calls as the messages themselves.
+Tracepoints cost the traced process a little CPU per call, so CPU figures
+of a counting run read a little high.
 
 Needs ``perf`` and permission to read tracepoints (root, or
 ``kernel.perf_event_paranoid`` <= -1); `unavailable` says why not.
@@ -17,8 +20,10 @@ Needs ``perf`` and permission to read tracepoints (root, or
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
+import tempfile
 import time
 from typing import IO, Any
 
@@ -113,14 +118,26 @@ def brief(per_msg: dict[str, float]) -> str:
 
 
 class SyscallCounter:
-    """``perf stat`` on process ``pid`` until it exits; `finish` returns the counts."""
+    """``perf stat`` on process ``pid`` until it exits; `finish` returns the counts.
 
-    def __init__(self, pid: int, stderr: IO[bytes] | None = None) -> None:
+    With ``windowed``, the counters start off; `control` is what a
+    `WindowSwitch` needs to turn them on and off (two FIFOs, removed by
+    `finish` and `kill`)."""
+
+    def __init__(self, pid: int, stderr: IO[bytes] | None = None, windowed: bool = False) -> None:
+        argv = ["perf", "stat", "-x", ",", "-e", ",".join(events()), "-p", str(pid)]
+        #: ``CTL,ACK``: the FIFOs of perf's ``--control`` (windowed; else "").
+        self.control = ""
+        self._fifos: str | None = None
+        if windowed:
+            self._fifos = tempfile.mkdtemp(prefix="syscounts-")
+            ctl, ack = f"{self._fifos}/ctl", f"{self._fifos}/ack"
+            os.mkfifo(ctl)
+            os.mkfifo(ack)
+            self.control = f"{ctl},{ack}"
+            argv += ["--control", f"fifo:{self.control}", "--delay", "-1"]  # -1: start with the counters off
         self.proc: subprocess.Popen[str] = subprocess.Popen(
-            ["perf", "stat", "-x", ",", "-e", ",".join(events()), "-p", str(pid)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         self.attached = self._wait_attached()
 
@@ -146,12 +163,56 @@ class SyscallCounter:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             _, err = self.proc.communicate()
+        self._remove_fifos()
         return parse(err)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+        self._remove_fifos()
+
+    def _remove_fifos(self) -> None:
+        if self._fifos is not None:
+            shutil.rmtree(self._fifos, ignore_errors=True)
+            self._fifos = None
+
+
+class WindowSwitch:
+    """The load client's end of a windowed `SyscallCounter`: `on` and `off`
+    turn perf's counters on and off, each returning once perf has acked.
+
+    :arg control: the counter's `SyscallCounter.control` (``CTL,ACK``)."""
+
+    def __init__(self, control: str) -> None:
+        ctl, ack = control.split(",")
+        self._ctl = open(ctl, "w")  # noqa: SIM115 - kept open for on/off, closed by close
+        self._ack = os.open(ack, os.O_RDONLY)
+
+    def on(self) -> None:
+        self._command("enable")
+
+    def off(self) -> None:
+        self._command("disable")
+
+    def close(self) -> None:
+        self._ctl.close()
+        os.close(self._ack)
+
+    def _command(self, command: str, timeout_s: float = 10.0) -> None:
+        """Send ``command`` and wait for perf's ``ack`` (a few ms)."""
+        self._ctl.write(command + "\n")
+        self._ctl.flush()
+        deadline = time.monotonic() + timeout_s
+        reply = b""
+        while b"ack\n" not in reply:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._ack], [], [], left)[0]:
+                raise TimeoutError(f"perf did not ack {command!r} within {timeout_s:g}s")
+            chunk = os.read(self._ack, 64)
+            if not chunk:
+                raise EOFError(f"perf closed its control FIFO before acking {command!r}")
+            reply += chunk
 
 
 def summary(counts: dict[str, int], nmessages: int) -> dict[str, Any]:

@@ -92,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument("--port", type=int, required=True)
     lc.add_argument("--server-pid", type=int, default=0, help="process whose CPU time to sample (0: none)")
     lc.add_argument("--server-tid", type=int, default=0, help="its thread whose CPU time to sample (0: none)")
+    lc.add_argument("--syscalls-control", default="", metavar="CTL,ACK",
+                    help="a windowed syscall counter's FIFOs: count from the first window to the last")  # fmt: skip
     lc.add_argument("--clients", type=int, default=64)
     lc.add_argument("--msize", type=int, default=1024)
     lc.add_argument("--wire", choices=WIRES, default="framed")
@@ -134,6 +136,7 @@ def _load_client(args: argparse.Namespace) -> None:
         args.repeat,
         args.server_pid,
         args.server_tid,
+        args.syscalls_control,
     )
     loop = args.loop or default_client_loop()
     ssl_context = _tls.client_context(args.tls_ca) if args.tls_ca else None

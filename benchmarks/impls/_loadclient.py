@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from benchmarks.harness import syscounts
 from benchmarks.harness.cpu import process_cpu_s, steal_s, thread_cpu_s
 
 from ._async import HOST, prepare_socket
@@ -82,6 +83,9 @@ class LoadPlan:
     repeat: int  # windows
     server_pid: int  # whose CPU time to sample; 0 = none
     server_tid: int = 0  # the server's event-loop thread, whose CPU time to sample; 0 = none
+    #: A windowed `syscounts.SyscallCounter`'s control (``CTL,ACK``): its
+    #: counters are on from the first window's start to the last one's end.
+    syscalls_control: str = ""
 
 
 @dataclass(frozen=True)
@@ -508,10 +512,16 @@ async def run_load(
             else:
                 conn.send()
         await bench.wait(plan.warmup_s)
+        switch = syscounts.WindowSwitch(plan.syscalls_control) if plan.syscalls_control else None
+        if switch is not None:
+            switch.on()
         marks = [_Snapshot(bench)]
         for _ in range(plan.repeat):
             await bench.wait(plan.duration_s)
             marks.append(_Snapshot(bench))
+        if switch is not None:
+            switch.off()
+            switch.close()
         bench.stopping = True  # each connection stops at its next echo
         if bench.nfinished < plan.clients:
             await bench.wait(None)
