@@ -188,6 +188,8 @@ class WindowSwitch:
         ctl, ack = control.split(",")
         self._ctl = open(ctl, "w")  # noqa: SIM115 - kept open for on/off, closed by close
         self._ack = os.open(ack, os.O_RDONLY)
+        self._poll = select.poll()
+        self._poll.register(self._ack, select.POLLIN)
 
     def on(self) -> None:
         self._command("enable")
@@ -207,7 +209,7 @@ class WindowSwitch:
         reply = b""
         while b"ack\n" not in reply:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._ack], [], [], left)[0]:
+            if left <= 0 or not self._poll.poll(left * 1000):  # poll: the fd may be over select's 1024
                 raise TimeoutError(f"perf did not ack {command!r} within {timeout_s:g}s")
             chunk = os.read(self._ack, 64)
             if not chunk:
