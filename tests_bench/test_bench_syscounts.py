@@ -111,7 +111,8 @@ for line in sys.stdin:
 @pytest.mark.skipif(syscounts.unavailable() is not None, reason=str(syscounts.unavailable()))
 def test_a_windowed_counter_counts_only_while_switched_on() -> None:
     """1,000 reads before the window, 500 in it, 2,000 after: the counter
-    sees the 500 (and the one read of the line that asked for them)."""
+    sees the 500 (and the child's next read of its stdin, entered before the
+    counters go off)."""
     child = subprocess.Popen([sys.executable, "-c", _READER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
 
@@ -121,30 +122,49 @@ def test_a_windowed_counter_counts_only_while_switched_on() -> None:
         assert child.stdout.readline() == "done\n"
 
     counter = syscounts.SyscallCounter(child.pid, windowed=True)
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         assert counter.attached and counter.control
         reads(1000)
         # as in a load client of 10,000 connections: its FIFOs' fds over select()'s 1024
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft, hard = limits
         if soft < 1100 <= hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (1100, hard))
-        fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+        fillers: list[int] = []
         try:
+            for _ in range(1030):
+                fillers.append(os.open(os.devnull, os.O_RDONLY))
             switch = syscounts.WindowSwitch(counter.control)
         finally:
             for fd in fillers:
                 os.close(fd)
-        switch.on()
-        reads(500)
-        switch.off()
-        switch.close()
+        try:
+            switch.on()
+            reads(500)
+            switch.off()
+        finally:
+            switch.close()
         reads(2000)
         child.stdin.close()
         assert child.wait(timeout=30) == 0
         counts = counter.finish()
     finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
         counter.kill()
         child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
     assert 500 <= counts["read"] <= 505
     assert counts["write"] <= 2  # its one "done"
     assert counter.control and not Path(counter.control.split(",")[0]).exists()  # the FIFOs are gone
+
+
+def test_a_window_switch_without_perf_fails_at_once(tmp_path: Path) -> None:
+    """No perf reading the control FIFO (it exited, or takes no
+    ``--control``): the switch says so instead of waiting for a reader."""
+    ctl, ack = tmp_path / "ctl", tmp_path / "ack"
+    os.mkfifo(ctl)
+    os.mkfifo(ack)
+    with pytest.raises(RuntimeError, match="perf is not reading its control FIFO"):
+        syscounts.WindowSwitch(f"{ctl},{ack}")

@@ -182,12 +182,18 @@ class WindowSwitch:
     """The load client's end of a windowed `SyscallCounter`: `on` and `off`
     turn perf's counters on and off, each returning once perf has acked.
 
-    :arg control: the counter's `SyscallCounter.control` (``CTL,ACK``)."""
+    :arg control: the counter's `SyscallCounter.control` (``CTL,ACK``).
+    :raises RuntimeError: perf is not reading its control FIFO (it exited,
+        or does not take ``--control``): no wait for a reader that never comes.
+    """
 
     def __init__(self, control: str) -> None:
         ctl, ack = control.split(",")
-        self._ctl = open(ctl, "w")  # noqa: SIM115 - kept open for on/off, closed by close
-        self._ack = os.open(ack, os.O_RDONLY)
+        try:  # non-blocking: ENXIO at once when nothing reads the FIFO
+            self._ctl = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise RuntimeError(f"perf is not reading its control FIFO {ctl}: {exc}") from exc
+        self._ack = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
         self._poll = select.poll()
         self._poll.register(self._ack, select.POLLIN)
 
@@ -198,13 +204,12 @@ class WindowSwitch:
         self._command("disable")
 
     def close(self) -> None:
-        self._ctl.close()
+        os.close(self._ctl)
         os.close(self._ack)
 
     def _command(self, command: str, timeout_s: float = 10.0) -> None:
         """Send ``command`` and wait for perf's ``ack`` (a few ms)."""
-        self._ctl.write(command + "\n")
-        self._ctl.flush()
+        os.write(self._ctl, (command + "\n").encode())  # a few bytes: one atomic FIFO write
         deadline = time.monotonic() + timeout_s
         reply = b""
         while b"ack\n" not in reply:

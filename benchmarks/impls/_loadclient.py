@@ -513,15 +513,18 @@ async def run_load(
                 conn.send()
         await bench.wait(plan.warmup_s)
         switch = syscounts.WindowSwitch(plan.syscalls_control) if plan.syscalls_control else None
-        if switch is not None:
-            switch.on()
-        marks = [_Snapshot(bench)]
-        for _ in range(plan.repeat):
-            await bench.wait(plan.duration_s)
-            marks.append(_Snapshot(bench))
-        if switch is not None:
-            switch.off()
-            switch.close()
+        try:
+            if switch is not None:
+                switch.on()
+            marks = [_Snapshot(bench)]
+            for _ in range(plan.repeat):
+                await bench.wait(plan.duration_s)
+                marks.append(_Snapshot(bench))
+            if switch is not None:
+                switch.off()
+        finally:
+            if switch is not None:
+                switch.close()
         bench.stopping = True  # each connection stops at its next echo
         if bench.nfinished < plan.clients:
             await bench.wait(None)
