@@ -1,9 +1,10 @@
 """The functions the dask workloads run on the workers (``client.submit``,
 ``client.map``, ``client.run``).
 
-A leaf module: the workers import it by name to run them, and every dask
-workload module (`benchmarks.dask`, `benchmarks.dask_busyworker`,
-`benchmarks.dask_profile`) imports it without importing each other.
+A leaf module: the workers import it by name to run them, and the dask
+workload modules (`benchmarks.dask`, `benchmarks.dask_busyworker`,
+`benchmarks.dask_profile`) import it, so that the busy-worker workload needs
+nothing of `benchmarks.dask`, which imports it.
 """
 
 from __future__ import annotations
