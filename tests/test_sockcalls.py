@@ -172,62 +172,55 @@ def test_off_lets_the_socket_go(tcp_pair):
     assert SocketCalls(None, keep_gil=True).keep_gil is False
 
 
-def _reuse_fd(fd):
-    """A connected pair whose first socket has fd number ``fd`` (just freed:
-    the kernel hands out the lowest free number)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        c = socket.create_connection(listener.getsockname())
-        d, _ = listener.accept()
-    finally:
-        listener.close()
-    if c.fileno() != fd:  # pragma: no cover - another thread took the number first
-        c.close()
-        d.close()
-        pytest.skip(f"fd {fd} went to another socket of the process, not this test's")
-    return c, d
-
-
 @pytest.mark.parametrize("threads", [False, True], ids=["alone", "other-thread"])
 def test_after_its_socket_closes_no_call_uses_the_fd_number_again(monkeypatch, threads):
     """A stream's socket closes, and the process's next socket gets the same
     fd number: the closed stream's calls fail with EBADF (as the closed
     socket's own methods do) and never touch the new socket, in either build
-    and whether or not the native untimed calls were on."""
+    and whether or not the native untimed calls were on (only the compiled
+    build's native calls, ``alone``, ever used the stored number: the
+    other cases are the socket's own methods, safe before the fix too)."""
     from tornado_readinto import ReadIntoIOStream
 
     monkeypatch.setattr(_sockcalls, "other_threads", lambda: threads)
 
     async def main():
-        listener = socket.create_server(("127.0.0.1", 0))
-        a = socket.create_connection(listener.getsockname())
-        b, _ = listener.accept()
-        listener.close()
-        stream = ReadIntoIOStream(a)
-        calls = stream._core.calls
-        assert calls.keep_gil
-        b.sendall(b"x")
-        assert _recv_all(calls, 1) == b"x"  # the calls as they run while open
-        fd = a.fileno()
-        stream.close()
-        b.close()
-        assert calls.fd == -1 and not calls.keep_gil
-        c, d = _reuse_fd(fd)
-        try:
-            d.sendall(b"not yours")
-            with pytest.raises(OSError) as raised:
-                calls.recv_into(memoryview(bytearray(16)))
-            assert raised.value.errno == errno.EBADF
-            with pytest.raises(OSError) as raised:
-                calls.sendmsg([b"nor this"], 8)
-            assert raised.value.errno == errno.EBADF
-            c.setblocking(False)
-            assert _recv_all(SocketCalls(c), 9) == b"not yours"  # untouched, and nothing sent
-            d.setblocking(False)
-            with pytest.raises(BlockingIOError):
-                d.recv(1)
-        finally:
-            c.close()
-            d.close()
+        opened = []
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            try:
+                a = socket.create_connection(listener.getsockname())
+                opened.append(a)
+                b, _ = listener.accept()
+                opened.append(b)
+                stream = ReadIntoIOStream(a)
+                calls = stream._core.calls
+                assert calls.keep_gil
+                b.sendall(b"x")
+                assert _recv_all(calls, 1) == b"x"  # the calls as they run while open
+                fd = a.fileno()
+                stream.close()
+                # the process's next socket takes the lowest free number: the one just freed
+                c = socket.create_connection(listener.getsockname())
+                opened.append(c)
+                d, _ = listener.accept()
+                opened.append(d)
+                if c.fileno() != fd:  # pragma: no cover - another thread took the number first
+                    pytest.skip(f"fd {fd} went to another socket of the process, not this test's")
+                c.setblocking(False)  # a regression must not hang in a blocking recv
+                d.sendall(b"not yours")
+                with pytest.raises(OSError) as raised:
+                    calls.recv_into(memoryview(bytearray(16)))
+                assert raised.value.errno == errno.EBADF
+                with pytest.raises(OSError) as raised:
+                    calls.sendmsg([b"nor this"], 8)
+                assert raised.value.errno == errno.EBADF
+                assert _recv_all(SocketCalls(c), 9) == b"not yours"  # untouched, and nothing sent
+                d.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    d.recv(1)
+                assert calls.fd == -1 and not calls.keep_gil
+            finally:
+                for sock in opened:
+                    sock.close()
 
     asyncio.run(main())
