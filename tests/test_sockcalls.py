@@ -224,3 +224,26 @@ def test_after_its_socket_closes_no_call_uses_the_fd_number_again(monkeypatch, t
                     sock.close()
 
     asyncio.run(main())
+
+
+def test_a_socket_whose_close_fails_still_leaves_no_fd_number_behind(tcp_pair):
+    """``close_fd`` raises (the socket's ``close`` failed, as ``close(2)``
+    may): the error reaches the caller, and the calls no longer hold the fd
+    number all the same (the kernel frees it even when ``close`` fails)."""
+    from tornado_readinto import ReadIntoIOStream
+
+    async def main():
+        a, _ = tcp_pair
+        stream = ReadIntoIOStream(a)
+        calls = stream._core.calls
+        assert calls.fd == a.fileno()
+
+        def failing_close_fd():
+            raise OSError(errno.EIO, "close failed")
+
+        stream.close_fd = failing_close_fd
+        with pytest.raises(OSError, match="close failed"):
+            stream.close()
+        assert calls.fd == -1 and not calls.keep_gil
+
+    asyncio.run(main())

@@ -771,8 +771,10 @@ class ReadIntoIOStream(IOStream):
             if self._state is not None:
                 self.io_loop.remove_handler(self.fileno())
                 self._state = None
-            self.close_fd()
-            core.socket_closed()
+            try:
+                self.close_fd()
+            finally:
+                core.socket_closed()  # (also if close() failed: the fd number may be free again)
         self._signal_closed()
 
     def _signal_closed(self) -> None:
