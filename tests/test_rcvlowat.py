@@ -1,7 +1,8 @@
 """The receive low-water mark of a large wait (``SO_RCVLOWAT``, plain TCP on
 Linux): a read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
-buffer is woken by the loop only once `RCVLOWAT_NBYTES` have arrived, and the
-mark is back at 1 before anything else waits.  Real sockets on 127.0.0.1, on
+buffer is woken by the loop only once `RCVLOWAT_NBYTES` have arrived, or
+all that it still needs, and the mark is back at 1 before anything else
+waits.  Real sockets on 127.0.0.1, on
 asyncio's loop and on uvloop; the peer writes in small pieces and yields to
 the loop between them (no sleep, no clock), so that without the mark every
 piece would wake the stream."""
@@ -26,7 +27,7 @@ from .conftest import run, until
 pytestmark = pytest.mark.skipif(not _lowat._LOWAT_PLATFORM, reason="SO_RCVLOWAT marks are used on Linux >= 4.18")
 
 PIECE = 32 * 1024
-NBYTES = 4 * RCVLOWAT_MIN_MISSING  # 8 MiB
+NBYTES = 8 * 1024 * 1024  # a large read: 32 marks' worth
 
 
 def _mark(sock) -> int:
@@ -42,7 +43,8 @@ async def _send_in_pieces(client: IOStream, data: bytes) -> None:
 
 def _received_while_marked(recvs):
     """The receives made into a view of RCVLOWAT_MIN_MISSING bytes or more
-    (the mark was set for the wait before each), and the ones after."""
+    (the mark was set for the wait before each, if there was one), and the
+    ones after."""
     big = [r for r in recvs if r.received and r.requested >= RCVLOWAT_MIN_MISSING]
     small = [r for r in recvs if r.received and r.requested < RCVLOWAT_MIN_MISSING]
     return big, small
@@ -61,11 +63,12 @@ def test_a_large_read_into_is_woken_only_at_the_mark_and_clears_it(loop_name):
         assert buf == data
         assert _mark(sock) == 1  # cleared as the read completed
         big, small = _received_while_marked(sock.recvs)
-        # while 2 MiB or more were missing, each wake-up found a mark's worth
-        assert big and all(r.received >= RCVLOWAT_NBYTES for r in big)
-        assert len(big) <= (NBYTES - RCVLOWAT_MIN_MISSING) // RCVLOWAT_NBYTES + 1
-        # the last 2 MiB wake on any byte again: copied as they arrive
-        assert small and sum(r.received for r in big + small) == NBYTES
+        # each wake-up found a mark's worth, or all that the read still needed
+        assert big and all(r.received >= min(r.requested, RCVLOWAT_NBYTES) for r in big)
+        assert len(big) <= NBYTES // RCVLOWAT_NBYTES + 1
+        # only the last 64 KiB, if a wake-up left less, wake on any byte
+        assert sum(r.received for r in small) < RCVLOWAT_MIN_MISSING
+        assert sum(r.received for r in big + small) == NBYTES
         eagain = [r for r in sock.recvs if r.received is None]
         if loop_name == "asyncio":
             assert eagain == sock.recvs[:1]  # one EAGAIN: at the start
@@ -77,6 +80,36 @@ def test_a_large_read_into_is_woken_only_at_the_mark_and_clears_it(loop_name):
         assert _mark(sock) == 1
         await client.write(b"x" * 100)
         assert await future == 100 and small_buf == b"x" * 100
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
+def test_the_last_wait_of_a_read_is_woken_once_by_its_last_byte(loop_name):
+    """A read that needs less than a full mark waits for exactly what it
+    needs: every byte but the last sits in the kernel, the read pending,
+    and the last one completes it in one receive."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream, wrap_socket=RecordingSocket)
+        sock = server.socket
+        nbytes = RCVLOWAT_NBYTES - 1000  # under a full mark, over RCVLOWAT_MIN_MISSING
+        data = bytes(range(256)) * (nbytes // 256) + bytes(nbytes % 256)
+        buf = bytearray(nbytes)
+        future = server.read_into(buf)
+        assert _mark(sock) == nbytes  # set as the read parked: all of it
+        await _send_in_pieces(client, data[:-1])
+        await until(lambda: server.nbytes_arrived == nbytes - 1)  # held in the kernel, below the mark
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not future.done()
+        assert [r for r in sock.recvs if r.received] == []  # not woken by any piece
+        await client.write(data[-1:])
+        assert await future == nbytes
+        assert buf == data
+        assert [r.received for r in sock.recvs if r.received] == [nbytes]  # one receive, all of it
+        assert _mark(sock) == 1  # cleared as the read completed
         server.close()
         client.close()
 
@@ -108,8 +141,9 @@ def test_a_large_frame_is_received_at_the_mark_and_the_next_message_is_not(loop_
         into_frame = [r for r in sock.recvs if r.received and start <= r.address < start + nbytes]
         big, _ = _received_while_marked(into_frame)
         # the first receive into the frame came before any wait for it: the
-        # mark was set for each wait after it while 2 MiB or more were missing
-        assert len(big) > 1 and all(r.received >= RCVLOWAT_NBYTES for r in big[1:])
+        # mark was set for each wait after it, to what the frame still needed
+        # and at most RCVLOWAT_NBYTES, while 64 KiB or more were missing
+        assert len(big) > 1 and all(r.received >= min(r.requested, RCVLOWAT_NBYTES) for r in big[1:])
         # a small message next: its wait sets no mark
         task = asyncio.ensure_future(framed.read_frames())
         await asyncio.sleep(0)
@@ -250,15 +284,20 @@ class _RefusingSocket:
 
 def test_the_mark_alone_follows_each_wait_and_resets_once_a_read_completes():
     """`LowWaterMark` on a real TCP socket: a wait for `RCVLOWAT_MIN_MISSING`
-    bytes or more sets `RCVLOWAT_NBYTES`, a smaller one sets 1, `reset`
-    sets 1; the bytes the mark keeps from waking the loop are counted while
-    it is set; switched off (``enabled=False``) it never sets one."""
+    bytes or more sets a mark of what it waits for, at most
+    `RCVLOWAT_NBYTES`; a smaller one sets 1, `reset` sets 1; the bytes the
+    mark keeps from waking the loop are counted while it is set; switched off
+    (``enabled=False``) it never sets one."""
     a, b = _tcp_pair()
     try:
         mark = _lowat.LowWaterMark(a)
         assert mark.ok and mark.mark == 1 and mark.unreported_nbytes() == 0
         assert mark.wait(RCVLOWAT_MIN_MISSING) is True
+        assert mark.mark == _mark(a) == RCVLOWAT_MIN_MISSING
+        assert mark.wait(RCVLOWAT_NBYTES + 1) is True
         assert mark.mark == _mark(a) == RCVLOWAT_NBYTES
+        assert mark.wait(RCVLOWAT_NBYTES - 1) is True
+        assert mark.mark == _mark(a) == RCVLOWAT_NBYTES - 1
         b.sendall(b"x" * 100)
         assert _until_queued(mark, 100)
         assert mark.wait(RCVLOWAT_MIN_MISSING - 1) is False and _mark(a) == 1

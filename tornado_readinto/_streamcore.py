@@ -38,9 +38,10 @@ Strategy:
   than asked and shorter than a full record (`TLS_RECORD_NBYTES`) emptied
   the SSL object at the end of the peer's write, and proves the same.
 * A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
-  buffer sets the socket's receive low-water mark
-  (`tornado_readinto._lowat`), so that the loop wakes once per
-  `RCVLOWAT_NBYTES` instead of once per arriving batch.
+  buffer sets the socket's receive low-water mark to what it still needs,
+  at most `RCVLOWAT_NBYTES` (`tornado_readinto._lowat`), so that the loop
+  wakes once per `RCVLOWAT_NBYTES` instead of once per arriving batch, and
+  once more when the read's last byte has arrived.
 * Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
