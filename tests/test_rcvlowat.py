@@ -19,7 +19,7 @@ from tornado.iostream import IOStream, StreamClosedError
 
 from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, _lowat
 from tornado_readinto._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
-from tornado_readinto.framing import message_header
+from tornado_readinto.framing import NEED_DATA, message_header
 from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
 
 from .conftest import run, until
@@ -62,7 +62,8 @@ def test_a_large_read_into_is_woken_only_at_the_mark_and_clears_it(loop_name):
         assert await future == NBYTES
         assert buf == data
         assert _mark(sock) == 1  # cleared as the read completed
-        big, small = _received_while_marked(sock.recvs)
+        start = buffer_address(buf)
+        big, small = _received_while_marked([r for r in sock.recvs if start <= r.address < start + NBYTES])
         # each wake-up found a mark's worth, or all that the read still needed
         assert big and all(r.received >= min(r.requested, RCVLOWAT_NBYTES) for r in big)
         assert len(big) <= NBYTES // RCVLOWAT_NBYTES + 1
@@ -150,6 +151,69 @@ def test_a_large_frame_is_received_at_the_mark_and_the_next_message_is_not(loop_
         assert _mark(sock) == 1
         await client.write(message_header([b"ok"])[0] + b"ok")
         assert [bytes(f) for f in await task] == [b"ok"]
+        server.close()
+        client.close()
+
+    run(main(), loop=loop_name)
+
+
+class _ScratchLineReader:
+    """A `MessageReader` in the ``BufferedProtocol`` style: one scratch
+    buffer, larger than any message, and a message ends at a newline.  Its
+    buffer says nothing of how many bytes the message needs."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buf = bytearray(nbytes)
+        self.filled = 0
+
+    @property
+    def in_message(self) -> bool:
+        return self.filled > 0
+
+    @property
+    def expected_nbytes(self) -> int:
+        return -1
+
+    @property
+    def received_nbytes(self) -> int:
+        return self.filled
+
+    def describe_progress(self) -> str:
+        return f"{self.filled} bytes, no newline yet"
+
+    def get_buffer(self) -> memoryview:
+        return memoryview(self.buf)[self.filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.filled += nbytes
+
+    def feed(self, data) -> int:
+        data = bytes(data)
+        end = data.find(b"\n")
+        take = len(data) if end < 0 else end + 1
+        self.buf[self.filled : self.filled + take] = data[:take]
+        self.filled += take
+        return take
+
+    def next_message(self):
+        end = self.buf.find(b"\n", 0, self.filled)
+        return bytes(self.buf[: end + 1]) if end >= 0 else NEED_DATA
+
+
+@pytest.mark.parametrize("nbytes", [RCVLOWAT_MIN_MISSING, NBYTES])
+def test_a_message_reader_with_a_large_scratch_buffer_never_sets_the_mark(loop_name, nbytes):
+    """A reader whose buffer may be larger than its message: a short message
+    is delivered as it arrives (a mark of the buffer's free space would hold
+    it in the kernel until the peer sent more or closed)."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        sock = server.socket
+        future = server.read_message(_ScratchLineReader(nbytes))
+        assert _mark(sock) == 1
+        await client.write(b"a short request\n")
+        assert await asyncio.wait_for(future, 10) == b"a short request\n"
+        assert _mark(sock) == 1
         server.close()
         client.close()
 

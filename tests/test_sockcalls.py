@@ -228,8 +228,12 @@ def test_after_its_socket_closes_no_call_uses_the_fd_number_again(monkeypatch, t
 
 def test_a_socket_whose_close_fails_still_leaves_no_fd_number_behind(tcp_pair):
     """``close_fd`` raises (the socket's ``close`` failed, as ``close(2)``
-    may): the error reaches the caller, and the calls no longer hold the fd
-    number all the same (the kernel frees it even when ``close`` fails)."""
+    may): the error reaches the caller, the calls no longer hold the fd
+    number (the kernel frees it even when ``close`` fails), and the stream is
+    closed all the same: its pending read fails and its close callback
+    runs."""
+    from tornado.iostream import StreamClosedError
+
     from tornado_readinto import ReadIntoIOStream
 
     async def main():
@@ -237,6 +241,9 @@ def test_a_socket_whose_close_fails_still_leaves_no_fd_number_behind(tcp_pair):
         stream = ReadIntoIOStream(a)
         calls = stream._core.calls
         assert calls.fd == a.fileno()
+        closed = []
+        stream.set_close_callback(lambda: closed.append(True))
+        pending = stream.read_bytes(10)
 
         def failing_close_fd():
             raise OSError(errno.EIO, "close failed")
@@ -244,6 +251,10 @@ def test_a_socket_whose_close_fails_still_leaves_no_fd_number_behind(tcp_pair):
         stream.close_fd = failing_close_fd
         with pytest.raises(OSError, match="close failed"):
             stream.close()
-        assert calls.fd == -1 and not calls.keep_gil
+        with pytest.raises(StreamClosedError):
+            await asyncio.wait_for(pending, 10)  # (without the fix it never fails)
+        await asyncio.sleep(0)  # (the close callback runs on the loop)
+        assert stream.closed() and closed == [True]
+        assert calls.fd == -1
 
     asyncio.run(main())

@@ -56,6 +56,7 @@ from tornado_readinto._emptyproof cimport EmptyProof
 from tornado_readinto._lowat cimport LowWaterMark
 from tornado_readinto._sockcalls cimport SocketCalls
 from tornado_readinto._readcore cimport ReadCore
+from tornado_readinto.framing cimport FrameReader
 from tornado_readinto.writebuffer cimport ChunkedWriteBuffer
 
 

@@ -76,6 +76,7 @@ from ._readcore import (
 from ._sockcalls import SocketCalls
 from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
 from .busypoll import BusyPoll
+from .framing import FrameReader
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = [
@@ -277,7 +278,8 @@ class StreamCore(ReadCore):
         #: heuristic, plain TCP on Linux).
         self.lowat = LowWaterMark(sock, short_read_drains)
         #: Bytes the pending read is sure to need after the last receive
-        #: (the rest of its own buffer, received in place), or 0.
+        #: (the rest of its own buffer, received in place: a read_into that
+        #: is not partial, a FrameReader's frame), or 0.
         self.wait_nbytes = 0
         #: Queued bytes (``append``/``peek``/``advance``, as Tornado's).
         self.write_buffer = ChunkedWriteBuffer()
@@ -383,8 +385,11 @@ class StreamCore(ReadCore):
         if self.closed or not reading:
             return PENDING
         # The read waits (EAGAIN or a short receive): what is left of its own
-        # buffer, if the receive went there, is what it is sure to need.
-        if self._direct and not (self._partial and self._mode == _INTO):
+        # buffer, if the receive went there, is what it is sure to need, for
+        # a read_into that is not partial and for a FrameReader's frame (its
+        # view is exactly the frame's rest); another MessageReader's buffer
+        # may be larger than its message.
+        if self._direct and (not self._partial if self._mode == _INTO else type(self._reader) is FrameReader):
             self.wait_nbytes = requested - (received or 0)
         return self.search()  # a regex search put off by buffer_updated(n, True)
 
@@ -397,7 +402,7 @@ class StreamCore(ReadCore):
         left = False
         if self.cork_nbytes:
             left = self.uncork()
-        if self.read_from_fd is None and self.lowat.wait(self.wait_nbytes):
+        if self.lowat.wait(self.wait_nbytes if self.read_from_fd is None else 0):
             return left  # a long wait for the mark: no spin
         poll = self.busy_poll
         if poll is not None:

@@ -773,8 +773,14 @@ class ReadIntoIOStream(IOStream):
                 self._state = None
             try:
                 self.close_fd()
-            finally:
-                core.socket_closed()  # (also if close() failed: the fd number may be free again)
+            except BaseException:
+                # The stream is closed all the same: the kernel may give the
+                # fd number to the next socket, and the pending read, the
+                # write Futures and the close callback must learn it.
+                core.socket_closed()
+                self._signal_closed()
+                raise
+            core.socket_closed()
         self._signal_closed()
 
     def _signal_closed(self) -> None:
