@@ -435,7 +435,9 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
                 _fill(result, client, server, args.repeat)
                 for counter in counters:
                     windows = sum(r["messages"] for r in client["repeats"])  # what the counters saw
-                    result.extra["syscalls"] = syscounts.summary(counter.finish(), windows)
+                    result.extra["syscalls"] = syscounts.summary(
+                        counter.finish(), windows, client.get("syscalls_switch_s"), args.repeat * args.duration
+                    )
                 result.extra["compiled"] = first_line.get("compiled")
                 result.extra["server_cpus"] = first_line.get("cpus")
                 if pure and first_line.get("compiled") is not False:

@@ -93,6 +93,8 @@ def test_load_counts_the_servers_syscalls(tmp_path: Path, capsys: pytest.Capture
     sends = per_msg.get("sendto", 0.0) + per_msg.get("sendmsg", 0.0)
     assert 0.98 <= per_msg["recvfrom"] <= 1.1 and 0.98 <= sends <= 1.1
     assert per_msg["total"] >= per_msg["recvfrom"] + sends
+    # the client's waits for perf's acks, which bound the windows' edges, are recorded
+    assert 0 < syscalls["switch_s"] < 10 and syscalls["edge_share"] == syscalls["switch_s"] / 0.3
     assert load.SUITE.from_json(entry).extra["syscalls"]["per_msg"] == per_msg  # read back from the JSON
 
 
