@@ -142,8 +142,10 @@ def test_a_windowed_counter_counts_only_while_switched_on() -> None:
                 os.close(fd)
         try:
             switch.on()
+            after_on = switch.waited_s
             reads(500)
             switch.off()
+            assert 0 < after_on < switch.waited_s  # each ack wait is added up
         finally:
             switch.close()
         reads(2000)

@@ -105,7 +105,7 @@ class LowWaterMark:
         off."""
         if not self.ok:
             return False
-        want = (missing if missing < RCVLOWAT_NBYTES else RCVLOWAT_NBYTES) if missing >= RCVLOWAT_MIN_MISSING else 1
+        want = min(missing, RCVLOWAT_NBYTES) if missing >= RCVLOWAT_MIN_MISSING else 1
         if want != self.mark:
             self._set(want)
         return self.mark != 1

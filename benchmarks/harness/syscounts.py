@@ -183,7 +183,9 @@ class SyscallCounter:
 
 class WindowSwitch:
     """The load client's end of a windowed `SyscallCounter`: `on` and `off`
-    turn perf's counters on and off, each returning once perf has acked.
+    turn perf's counters on and off, each returning once perf has acked;
+    `waited_s` adds up those waits (the caller stands still meanwhile: the
+    windows' edges).
 
     :arg control: the counter's `SyscallCounter.control` (``CTL,ACK``).
     :raises RuntimeError: perf is not reading its control FIFO (it exited,
@@ -199,6 +201,8 @@ class WindowSwitch:
         self._ack = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
         self._poll = select.poll()
         self._poll.register(self._ack, select.POLLIN)
+        #: Seconds spent in `on` and `off` so far.
+        self.waited_s = 0.0
 
     def on(self) -> None:
         self._command("enable")
@@ -212,8 +216,9 @@ class WindowSwitch:
 
     def _command(self, command: str, timeout_s: float = 10.0) -> None:
         """Send ``command`` and wait for perf's ``ack`` (a few ms)."""
+        start = time.monotonic()
         os.write(self._ctl, (command + "\n").encode())  # a few bytes: one atomic FIFO write
-        deadline = time.monotonic() + timeout_s
+        deadline = start + timeout_s
         reply = b""
         while b"ack\n" not in reply:
             left = deadline - time.monotonic()
@@ -223,6 +228,7 @@ class WindowSwitch:
             if not chunk:
                 raise EOFError(f"perf closed its control FIFO before acking {command!r}")
             reply += chunk
+        self.waited_s += time.monotonic() - start
 
 
 def summary(
