@@ -76,10 +76,12 @@ def out(tmp_path: Path) -> Path:
     # uvloop: readinto 30 vs protocol 20 (1.5x, PASS at the bound) and streams 25 (1.2x, MISS).
     # asyncio: framed-pool 50 vs protocol 20 (2.5x, MISS), streams 60 (0.83x, PASS); no readinto row.
     # readinto-spin on uvloop: less CPU (PASS) but fewer msgs/s (MISS).
+    # bound-floor on uvloop: 26, 1.3x protocol (PASS (info)) and 1.04x streams (MISS (info)).
     write(tmp_path / "load.json", [
         load_entry("readinto", "uvloop", [29, 30, 33], [30e3, 31e3, 29e3]),
         load_entry("readinto-spin", "uvloop", [28, 29, 30], [28e3, 29e3, 30e3]),
         load_entry("framed-pool", "uvloop", [22, 24, 26], [33e3, 34e3, 32e3]),
+        load_entry("bound-floor", "uvloop", [25, 26, 31], [35e3, 36e3, 30e3]),
         load_entry("asyncio-protocol", "uvloop", [19, 20, 21], [40e3, 41e3, 39e3]),
         load_entry("asyncio-streams", "uvloop", [25, 25, 25], [35e3, 35e3, 35e3]),
         load_entry("framed-pool", "asyncio", [50, 50, 50], [20e3, 20e3, 20e3]),
@@ -119,6 +121,11 @@ def test_summary_pass_and_miss(out: Path) -> None:
     assert got["load.json", "asyncio: readinto / asyncio-streams loop us/msg"] == "NO DATA"
     assert got["load.json", "uvloop: readinto-spin / readinto loop us/msg"] == "PASS (info)"
     assert got["load.json", "uvloop: readinto-spin / readinto msgs/s"] == "MISS (info)"
+    # the floor is held to readinto's bounds (1.5x protocol, 1.0x streams), as information
+    assert got["load.json", "uvloop: bound-floor / asyncio-protocol loop us/msg"] == "PASS (info)"
+    assert got["load.json", "uvloop: bound-floor / asyncio-streams loop us/msg"] == "MISS (info)"
+    assert got["load.json", "asyncio: bound-floor / asyncio-streams loop us/msg"] == "NO DATA"
+    assert not any("framed-pool" in label and "bound-floor" in label for _, label in got)
     assert {v for (file, _), v in got.items() if file == "load-offered.json"} == {"NO DATA"}  # no file
     assert got["echo.json", "100MiB: readinto / threads msgs/s"] == "PASS"
     assert got["echo.json", "100MiB: framed-pool / threads msgs/s"] == "MISS"
@@ -214,5 +221,5 @@ def test_the_commands_are_valid_for_their_suites(name: str) -> None:
 
 def test_target_labels_are_unique() -> None:
     labels = [(t.file, t.label) for t in check.TARGETS]
-    assert len(labels) == len(set(labels)) == 2 * 2 * 6 + 2 + 3
+    assert len(labels) == len(set(labels)) == 2 * 2 * (4 + 2 + 2) + 2 + 3  # targets, floor and spin rows
     assert all(isinstance(t, Target) and t.op in ("<=", ">=") for t in check.TARGETS)
