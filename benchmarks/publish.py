@@ -428,15 +428,15 @@ def headline_rows(res: Results) -> list[tuple[str, str, Figure]]:
         if name in INVERTED:
             lo_hi = (1 / f.spread[1], 1 / f.spread[0]) if f.spread else None
             f = Figure(1 / f.value, lo_hi, f.source)
-            case = "1 KiB echo, 64 connections, messages per CPU second"
+            case = "1 KiB echo, 64 connections, messages per CPU second (asyncio's loop)"
         rows.append((who, case, f))
     return rows
 
 
 def headline_table(res: Results) -> str:
     rows = [(who, case, f.with_spread, f"``{f.source}``") for who, case, f in headline_rows(res)]
-    return simple_table(("for", "tornado_readinto against tcp:// (dask) or stock Tornado", "ratio (spread)",
-                         "result file"), rows)
+    against = "tornado_readinto (dask: readinto://) against tcp:// or stock Tornado"
+    return simple_table(("for", against, "ratio (spread)", "result file"), rows)
 
 
 def with_source(table: str, res: Results, *files: str) -> str:
@@ -767,8 +767,9 @@ def normalize(text: str) -> str:
 #: measured figure outside a generated table.
 QUOTES: list[Quote] = [
     # README
-    Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer} stock tcp://, "
-                        "client-scheduler RPCs at {switch.tcp.rpc}"),
+    Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer} stock tcp:// on a warm "
+                        "cluster and at {switch.tcp.transfer-cold} on a fresh one"),
+    Quote("README.rst", "client-scheduler RPCs at {switch.tcp.rpc} (``benchmarks/results/dask-switch.json``)"),
     Quote("README.rst", "readinto:// scheme: {dask.transfer} the speed of tcp:// and RPCs at {dask.rpc}"),
     Quote("README.rst", "trivial tasks ({dask.tasks}) and a chain of dependent tasks ({dask.chain})"),
     Quote("README.rst", "hello-world GET at {http.hello} the requests/s of stock Tornado"),
