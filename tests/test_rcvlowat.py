@@ -10,8 +10,10 @@ piece would wake the stream."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
+import subprocess
 import sys
 
 import pytest
@@ -406,3 +408,38 @@ def test_a_mark_the_kernel_refuses_turns_the_marks_off():
     finally:
         a.close()
         b.close()
+
+
+_CHILD = """
+import asyncio, socket
+from tornado_readinto import ReadIntoIOStream, _lowat
+from tornado_readinto.testing import stream_pair
+
+async def main():
+    server, client = await stream_pair(ReadIntoIOStream)
+    future = server.read_into(bytearray(1 << 20))  # parks missing 1 MiB
+    mark = server.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+    await client.write(bytes(1 << 20))
+    await future
+    print(_lowat.ENABLED, server._core.lowat.ok, mark)
+    server.close()
+    client.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("value", [None, "1", "0"])
+def test_the_environment_variable_turns_the_marks_off(value):
+    """``TORNADO_READINTO_RCVLOWAT=0`` in a process's environment: no stream
+    of it sets a mark (A/B runs; a dask worker inherits it); unset or any
+    other value leaves them on."""
+    env = {k: v for k, v in os.environ.items() if k != _lowat.ENV_VAR}
+    if value is not None:
+        env[_lowat.ENV_VAR] = value
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    if value == "0":
+        assert out.stdout.split() == ["False", "False", "1"]
+    else:
+        assert out.stdout.split() == ["True", "True", str(RCVLOWAT_NBYTES)]

@@ -9,7 +9,10 @@ wake-up per `RCVLOWAT_NBYTES` instead of one per arriving segment batch, and
 the last wake-up of a read comes when its last byte has arrived.  Smaller
 waits, and the receive that completes the read, set it back to 1 (any
 byte).  Plain TCP sockets on Linux 4.18+ only (`lowat_applies`); a
-``setsockopt`` that fails turns the marks off for that socket.
+``setsockopt`` that fails turns the marks off for that socket, and
+``TORNADO_READINTO_RCVLOWAT=0`` in the environment (`ENV_VAR`, read at
+import) turns them off for every stream of the process, for A/B
+measurements (a worker process inherits it).
 
 The core keeps one `LowWaterMark` per stream and calls it where a read
 parks (`wait`) and where a read completes (`reset`).  The compiled build
@@ -23,7 +26,7 @@ import socket
 import sys
 from typing import Any, Final
 
-__all__ = ["RCVLOWAT_MIN_MISSING", "RCVLOWAT_NBYTES", "LowWaterMark", "lowat_applies"]
+__all__ = ["ENV_VAR", "RCVLOWAT_MIN_MISSING", "RCVLOWAT_NBYTES", "LowWaterMark", "lowat_applies"]
 
 #: A read that waits for this many bytes or more of its own buffer has the
 #: kernel wake the loop only once they, or `RCVLOWAT_NBYTES` of them, have
@@ -34,6 +37,13 @@ RCVLOWAT_MIN_MISSING: Final = 64 * 1024  # bytes
 #: The highest mark a wait sets: a larger one copies less of a transfer while
 #: its bytes arrive, and was slower for 100 MiB reads in the echo benchmark.
 RCVLOWAT_NBYTES: Final = 256 * 1024  # bytes
+
+#: The environment variable that turns the marks off when set to 0 (for A/B
+#: measurements; read once, at import).
+ENV_VAR: Final = "TORNADO_READINTO_RCVLOWAT"
+
+#: False where `ENV_VAR` turns the marks off.
+ENABLED: Final = os.environ.get(ENV_VAR, "1") != "0"
 
 
 def _lowat_kernel() -> bool:
@@ -81,7 +91,7 @@ class LowWaterMark:
 
     :arg sock: the socket, or None (no marks).
     :arg enabled: marks may be set (False: the heuristic off; also where
-        `lowat_applies` says no).
+        `lowat_applies` says no or `ENV_VAR` turns the marks off).
     """
 
     __slots__ = ("sock", "ok", "mark")
@@ -90,7 +100,7 @@ class LowWaterMark:
         #: The socket the marks are set on, or None.
         self.sock = sock
         #: Marks may be set (False after a ``setsockopt`` failed).
-        self.ok = enabled and lowat_applies(sock)
+        self.ok = enabled and ENABLED and lowat_applies(sock)
         #: The mark set last (1: the kernel's default).
         self.mark = 1
 
