@@ -45,7 +45,7 @@ def usage() -> str:
         "micro-benchmarks of the pure parts: pytest benchmarks --benchmark-group-by=group,param:nbytes",
         "bytecodes per echoed message (a count, not a timing): python -m benchmarks.opcodes",
         "machine instructions per echoed message (valgrind; a count): python -m benchmarks.instructions",
-        "the docs' tables, README headline and plot from benchmarks/results/: python -m benchmarks.publish",
+        "the docs' tables, headline and plot from benchmarks/results/: python -m benchmarks.publish",
         "how to run and read them: benchmarks/README.rst",
     ]
     return "\n".join(lines)

@@ -20,11 +20,10 @@ rates (echo, dask); counts (syscalls, instructions) explain a result, they
 do not judge it.  The exit status is 0 whether targets pass or miss (it is
 a report), 1 if a run failed.  Busy polling (``readinto-spin``) is opt-in:
 its rows are information, not targets.  So are ``bound-floor``'s: the
-leanest stream with a Future per read (no Tornado, pure Python; see
-``benchmarks/impls/_bounds.py``), held to the bounds ``readinto`` is held
-to.  Where the floor misses a bound too, on that machine no stream that
-wakes a coroutine per message meets it: the bound is the event loop's
-cost, not the stream's.
+leanest readiness-callback (``add_reader``) stream in Python with a Future
+per read (no Tornado; see ``benchmarks/impls/_bounds.py``), held to the
+bounds ``readinto`` is held to.  Where the floor misses a bound too, no
+stream of that design meets it on that machine.
 """
 
 from __future__ import annotations
@@ -193,8 +192,8 @@ COLUMNS: tuple[h.Column[Outcome], ...] = (
 LEGEND = (
     "ratio: the compared row's median over its baseline's, same file and loop (min-max: repeat by repeat);\n"
     "loop us/msg: CPU per message, lower is better; msgs/s and dask's rates: higher is better.\n"
-    "(info): reported only: busy polling is opt-in; bound-floor is the leanest stream with a Future per read\n"
-    "(where it misses a bound too, no such stream meets it on this machine);\n"
+    "(info): reported only: busy polling is opt-in; bound-floor is the leanest add_reader stream in Python with\n"
+    "a Future per read (where it misses a bound too, no stream of that design meets it on this machine);\n"
     "NO DATA: a row is missing, skipped or failed."
 )
 

@@ -6,11 +6,11 @@ One command writes, from named result files only:
 * the tables of the documentation, ``docs/_generated/*.rst`` (each ends by
   naming its result file and the command that produced it), which the pages
   include;
-* the headline table (``docs/_generated/headline.rst``, on the performance
-  page), also written into a page that holds it between
-  ``.. published-table: headline`` and ``.. end-published-table`` comments
-  (GitHub and PyPI do not process ``.. include::``), where ``README.rst``
-  does: it need not (the README gives one number per switch, in prose);
+* the headline table, ``docs/_generated/headline.rst`` (on the performance
+  page), and into ``README.rst`` between ``.. published-table: headline``
+  and ``.. end-published-table`` comments if the README holds that block
+  (GitHub and PyPI do not process ``.. include::``); it does not now: the
+  README gives one number per switch, in prose;
 * the headline plot, ``docs/_generated/headline.png``, and the values it
   shows, ``docs/_generated/headline-plot.txt``.
 
@@ -68,7 +68,6 @@ from benchmarks.harness.meta import commit_meta, missing_meta
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 GENERATED = ROOT / "docs" / "_generated"
-README = ROOT / "README.rst"
 
 BEGIN_MARK = ".. published-table: {name}"
 END_MARK = ".. end-published-table"
@@ -819,8 +818,8 @@ _FILE_NAME = re.compile(r"(?<![\w*.-])((?:benchmarks/)?results/)?([\w*.-]+\.(?:j
 def named_files(directory: Path, root: Path = ROOT) -> dict[str, list[str]]:
     """The files of ``directory`` that the pages name (a name after
     ``results/`` counts even when no such file exists: the page cites a
-    missing file), each with the pages naming it.  The README's published
-    block is left out: publish writes it (`rendered_files`)."""
+    missing file), each with the pages naming it.  A README headline block,
+    if there is one, is left out: publish writes it (`rendered_files`)."""
     listing = sorted(p.name for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
     found: dict[str, list[str]] = {}
     for page in pages(root):
@@ -995,7 +994,7 @@ def check(res: Results, root: Path = ROOT) -> list[str]:
 
 
 def render_all(res: Results, root: Path = ROOT, plot: bool = True) -> list[Path]:
-    """Write every table, the plot and the README's headline from ``res``.
+    """Write every table, the plot, and a README headline block if one is present, from ``res``.
 
     :raises Refused: a cited result file does not record its run (nothing is written).
     """
@@ -1244,7 +1243,7 @@ def remake(plans: Sequence[Remake], directory: Path, res: Results, dry_run: bool
         print("# failed:")
         print("".join(f"#   {line}\n" for line in failed), end="")
     if not dry_run:
-        print("# then: python -m benchmarks.publish (the tables, README and plot), --check, --uncited")
+        print("# then: python -m benchmarks.publish (the tables and plot), --check, --uncited")
     return 1 if problems or failed else 0
 
 

@@ -1,8 +1,8 @@
 """The README and the docs: every published figure matches its result file,
 no internal notes, and the compatibility block says what setup.cfg says.
 
-``python -m benchmarks.publish`` renders the tables, the plot and the README's
-headline table from ``benchmarks/results/``; ``--check`` (`publish.check`)
+``python -m benchmarks.publish`` renders the tables (the headline's among
+them) and the plot from ``benchmarks/results/``; ``--check`` (`publish.check`)
 re-renders them in memory, refusing a cited result file that does not record
 its run.  These tests run that check on the repository's result files (it
 must pass once they are re-made) and on a copy given the metadata of a re-made
@@ -89,8 +89,8 @@ def _as_remade(results: Path) -> None:
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Path, Path]:
     """``(root, results)``: a copy of the pages and of the result files, the
-    files given the metadata of a re-made run (`_as_remade`) and the tables,
-    README and plot values rendered from them (the plot's PNG copied)."""
+    files given the metadata of a re-made run (`_as_remade`) and the tables
+    and plot values rendered from them (the plot's PNG copied)."""
     root = tmp_path / "root"
     for page in ("README.rst", "CHANGELOG.rst", "benchmarks/README.rst"):
         (root / page).parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ def _scale(path: Path, metric: str, factor: float, **where: Any) -> None:
 
 
 @needs_results
-def test_a_page_that_holds_the_headline_block_is_kept_in_step(published: tuple[Path, Path]) -> None:
+def test_a_readme_that_holds_the_headline_block_is_kept_in_step(published: tuple[Path, Path]) -> None:
     """The README holds no headline table; one that does (between the
     block's comments) gets it written, and checked, like the generated one."""
     root, results = published

@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tornado.iostream import IOStream, StreamClosedError
@@ -437,7 +438,8 @@ def test_the_environment_variable_turns_the_marks_off(value):
     env = {k: v for k, v in os.environ.items() if k != _lowat.ENV_VAR}
     if value is not None:
         env[_lowat.ENV_VAR] = value
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=60)
+    root = Path(__file__).resolve().parent.parent  # this checkout's package, whatever the working directory
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, cwd=root, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     if value == "0":
         assert out.stdout.split() == ["False", "False", "1"]

@@ -26,7 +26,7 @@ import socket
 import sys
 from typing import Any, Final
 
-__all__ = ["ENV_VAR", "RCVLOWAT_MIN_MISSING", "RCVLOWAT_NBYTES", "LowWaterMark", "lowat_applies"]
+__all__ = ["ENABLED", "ENV_VAR", "RCVLOWAT_MIN_MISSING", "RCVLOWAT_NBYTES", "LowWaterMark", "lowat_applies"]
 
 #: A read that waits for this many bytes or more of its own buffer has the
 #: kernel wake the loop only once they, or `RCVLOWAT_NBYTES` of them, have
