@@ -773,14 +773,14 @@ class ReadIntoIOStream(IOStream):
                 self._state = None
             try:
                 self.close_fd()
-            except BaseException:
-                # The stream is closed all the same: the kernel may give the
-                # fd number to the next socket, and the pending read, the
-                # write Futures and the close callback must learn it.
+            finally:
+                # Also when close_fd raised: the stream is closed all the
+                # same, the kernel may give the fd number to the next socket,
+                # and the pending read, the write Futures and the close
+                # callback must learn it.
                 core.socket_closed()
                 self._signal_closed()
-                raise
-            core.socket_closed()
+            return
         self._signal_closed()
 
     def _signal_closed(self) -> None:
