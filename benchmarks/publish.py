@@ -768,9 +768,9 @@ def normalize(text: str) -> str:
 #: measured figure outside a generated table.
 QUOTES: list[Quote] = [
     # README
-    Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer} stock tcp:// on a warm "
-                        "cluster and at {switch.tcp.transfer-cold} on a fresh one"),
-    Quote("README.rst", "hello-world GET at {http.hello} the requests/s of stock Tornado"),
+    Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer:spread} stock tcp:// on a "
+                        "warm cluster and at {switch.tcp.transfer-cold:spread} on a fresh one"),
+    Quote("README.rst", "hello-world GET at {http.hello:spread} the requests/s of stock Tornado"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
