@@ -1,5 +1,5 @@
 """Build the compiled core: Cython's pure-Python mode compiles
-``tornado_readinto/_emptyproof.py``, ``_lowat.py``, ``_sockcalls.py``, ``_readcore.py``, ``_streamcore.py``,
+``tornado_readinto/_emptyproof.py``, ``_lowat.py``, ``_policy.py``, ``_sockcalls.py``, ``_readcore.py``, ``_streamcore.py``,
 ``_facecore.py``, ``writebuffer.py`` and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
 ``busypoll.py``, ``iostream.py``, ``_eager.py``, ``framed.py`` and
 ``allocators.py`` (as they are, no ``.pxd``) into extension modules of the
@@ -25,10 +25,11 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 #: The modules compiled: the same .py, typed by the .pxd beside it (the
-#: first eight) or as it is (the others: ordinary classes, no bytecode).
+#: first nine) or as it is (the others: ordinary classes, no bytecode).
 COMPILED_MODULES = (
     "tornado_readinto._emptyproof",
     "tornado_readinto._lowat",
+    "tornado_readinto._policy",
     "tornado_readinto._sockcalls",
     "tornado_readinto._readcore",
     "tornado_readinto._streamcore",

@@ -192,9 +192,9 @@ def stream_clock(monkeypatch):
 def patch_stream_clock(monkeypatch, clock):
     """Make the streams' core (its proof that a socket is empty, and its
     socket calls) read ``clock`` for ``perf_counter``."""
-    from tornado_readinto import _emptyproof, _sockcalls, _streamcore
+    from tornado_readinto import _emptyproof, _policy, _sockcalls
 
-    monkeypatch.setattr(_streamcore, "perf_counter", clock)
+    monkeypatch.setattr(_policy, "perf_counter", clock)
     monkeypatch.setattr(_emptyproof, "perf_counter", clock)
     monkeypatch.setattr(_sockcalls, "perf_counter", clock)
 

@@ -187,7 +187,7 @@ def test_reads_filled_from_the_read_ahead_share_a_resolved_future_while_the_coun
         client.socket.sendall(data)  # all 40 bytes wait in the kernel before the first recv
         first = bytearray(4)
         assert await server.read_into(first) == 4
-        assert server._core.buffered_nbytes == 36  # the rest were read ahead
+        assert server._core.reads.buffered_nbytes == 36  # the rest were read ahead
         bufs = [bytearray(n) for n in (8, 8, 4, 8, 8)]
         futures = [server.read_into(b) for b in bufs]
         assert all(f.done() for f in futures)

@@ -291,9 +291,9 @@ def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts):
         try:
             assert isinstance(tls_server, SSLReadIntoIOStream) and tls_server._read_loop is io_loop.asyncio_loop
             # the plain stream's core let go of the socket: it never touches it again
-            old = server._core
+            old = server._core.io
             assert old.closed and old.calls.sock is None and old.calls.fd == -1 and not old.calls.keep_gil
-            assert not old.lowat.ok and old.lowat.sock is None and old.lowat.mark == 1
+            assert not old.policy.lowat.ok and old.policy.lowat.sock is None and old.policy.lowat.mark == 1
             await echo_messages(tls_server, tls_client, 10)
             await echo_messages(tls_client, tls_server, 10)
             assert tornado_calls[READ] == 0, tornado_calls

@@ -110,7 +110,7 @@ def test_a_read_right_after_a_short_recv_tries_the_socket_only_without_the_proof
         server, client = await stream_pair(stream_class, wrap_socket=RecordingSocket, busy_poll_s=0)
         sock = server.socket
         try:
-            assert server._core.proof.valid_s == stream_class._empty_proof_s
+            assert server._core.policy.proof.valid_s == stream_class._empty_proof_s
             buf = bytearray(4)
             reading = server.read_into(buf)  # nothing there: parks, READ registered
             client.socket.sendall(b"ping")

@@ -292,7 +292,7 @@ def test_a_slow_large_socket_call_is_no_stall(loop_name, monkeypatch):
         server, client = await stream_pair(ReadIntoIOStream)
         try:
             with idle_thread():
-                core = server._core
+                core = server._core.io
                 client.socket.sendall(b"\x01" * large)
                 received = 0
                 while received < large:

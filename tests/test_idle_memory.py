@@ -78,10 +78,10 @@ def wire(kind: str, data: bytes) -> bytes:
 def held(stream: ReadIntoIOStream) -> int:
     """Bytes of receive storage and write bookkeeping the stream holds."""
     core = stream._core
-    nbytes = core.storage_nbytes
+    nbytes = core.reads.storage_nbytes
     if core.write_futures is not None:
         nbytes += 1
-    if core.write_buffer._buffers != ():
+    if core.io.write_buffer._buffers != ():
         nbytes += 1
     return nbytes
 
@@ -142,16 +142,16 @@ def test_a_stream_that_reads_ahead_while_idle_holds_storage_only_until_read():
             reading = stream.read_bytes(5)  # parks: READ registered, and kept while there is room
             client.sendall(b"first")
             assert await reading == b"first"
-            assert stream._core.storage_nbytes == 0
+            assert stream._core.reads.storage_nbytes == 0
             client.sendall(b"0123456789")
-            await until(lambda: stream._core.buffered_nbytes == 10)  # READ stays registered: read ahead
+            await until(lambda: stream._core.reads.buffered_nbytes == 10)  # READ stays registered: read ahead
             # (a pool buffer, or the bytes' own storage once the pool has run dry: spare_storage)
-            assert 10 <= stream._core.storage_nbytes <= stream.read_chunk_size
+            assert 10 <= stream._core.reads.storage_nbytes <= stream.read_chunk_size
             target = bytearray(4)
             assert await stream.read_into(target) == 4 and target == b"0123"
-            assert 6 <= stream._core.storage_nbytes <= stream.read_chunk_size  # 6 bytes still read ahead
+            assert 6 <= stream._core.reads.storage_nbytes <= stream.read_chunk_size  # 6 bytes still read ahead
             assert await stream.read_bytes(6) == b"456789"
-            assert stream._core.storage_nbytes == 0
+            assert stream._core.reads.storage_nbytes == 0
         finally:
             stream.close()
             client.close()
@@ -196,7 +196,7 @@ def test_each_message_gives_its_storage_back_to_the_pool(kind):
                     got += client.recv(len(data) - len(got))
                 assert got == data
             await until(stream.reading)
-            assert stream._core.storage_nbytes == 0
+            assert stream._core.reads.storage_nbytes == 0
         finally:
             client.close()
             stream.close()
@@ -227,12 +227,12 @@ def test_streams_holding_small_messages_at_once_share_pool_buffers(loop_name):
                 client.sendall(message(index, 0))
             assert [bytes(h) for h in await asyncio.gather(*heads)] == [message(i, 0)[:16] for i in range(nstreams)]
             # every body read ahead behind its header (each arrives with it, or on its own next)
-            await until(lambda: sum(s._core.buffered_nbytes for s in streams) == nstreams * PAYLOAD_NBYTES)
+            await until(lambda: sum(s._core.reads.buffered_nbytes for s in streams) == nstreams * PAYLOAD_NBYTES)
             assert pool.misses - misses <= 2
-            assert sum(s._core.storage_nbytes for s in streams) <= 2 * chunk + nstreams * PAYLOAD_NBYTES
+            assert sum(s._core.reads.storage_nbytes for s in streams) <= 2 * chunk + nstreams * PAYLOAD_NBYTES
             for index, stream in enumerate(streams):
                 assert await stream.read_bytes(PAYLOAD_NBYTES) == message(index, 0)[16:]
-                assert stream._core.storage_nbytes == 0
+                assert stream._core.reads.storage_nbytes == 0
         finally:
             for client, _ in pairs:
                 client.close()

@@ -534,7 +534,7 @@ def test_large_read_into_lands_in_caller_buffer_zero_copy():
             remainder = nbytes - filled
             if remainder == 0:
                 assert other == []  # nothing went through the read-ahead buffer
-                assert server._core._ra is None  # which was never even allocated
+                assert server._core.reads._ra is None  # which was never even allocated
             else:
                 # the small remainder, after every direct recv, through the read-ahead buffer
                 assert remainder < DIRECT_READ_MIN_NBYTES
@@ -562,7 +562,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
                 await client.write(msg)
                 await server.read_into(header)
                 await server.read_into(body)
-            ra = server._core._ra
+            ra = server._core.reads._ra
             sock.reset()
             tracemalloc.start()
             try:
@@ -575,7 +575,7 @@ def test_small_message_costs_one_recv_and_no_allocation():
                 _, peak = tracemalloc.get_traced_memory()
             finally:
                 tracemalloc.stop()
-            assert ra is None and server._core._ra is None  # between messages: no storage held
+            assert ra is None and server._core.reads._ra is None  # between messages: no storage held
             # each message's recv lands in the same pooled storage, taken and given back
             assert len({r.address for r in sock.recvs}) == 1
             assert len(sock.recvs) == 50
@@ -637,7 +637,7 @@ def test_read_bytes_large_uses_few_recvs():
             assert await reading == payload
             data_recvs = [r for r in server.socket.recvs if r.received]
             assert max(r.requested for r in data_recvs) > 1024 * 1024
-            assert server._core._ra is None  # the grown buffer was given back
+            assert server._core.reads._ra is None  # the grown buffer was given back
         finally:
             server.close()
             client.close()
@@ -796,12 +796,12 @@ def test_close_releases_read_ahead_buffer():
         server, client = await stream_pair(ReadIntoIOStream)
         await client.write(b"abc")
         assert await server.read_bytes(1) == b"a"
-        assert server._core._ra is not None
+        assert server._core.reads._ra is not None
         client.close()
         server.close()
-        assert server._core._ra is not None  # 2 bytes still buffered: readable after close
+        assert server._core.reads._ra is not None  # 2 bytes still buffered: readable after close
         assert await server.read_bytes(2) == b"bc"
-        assert server._core._ra is None  # drained after close: memory given back
+        assert server._core.reads._ra is None  # drained after close: memory given back
 
     run(main())
 

@@ -268,7 +268,7 @@ def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
         server, client = await stream_pair(
             SSLReadIntoIOStream, server_ssl=server_ctx, client_ssl=client_ctx, server_hostname="localhost"
         )
-        assert not server._core.lowat.ok
+        assert not server._core.policy.lowat.ok
         buf = bytearray(NBYTES)
         future = server.read_into(buf)
         assert _mark(server.socket) == 1
@@ -280,7 +280,7 @@ def test_tls_and_unix_streams_never_set_the_mark(loop_name, tls_contexts):
         try:
             assert not lowat_applies(a)
             stream = ReadIntoIOStream(a)
-            assert not stream._core.lowat.ok
+            assert not stream._core.policy.lowat.ok
             stream.close()
         finally:
             b.close()
@@ -422,7 +422,7 @@ async def main():
     mark = server.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
     await client.write(bytes(1 << 20))
     await future
-    print(_lowat.ENABLED, server._core.lowat.ok, mark)
+    print(_lowat.ENABLED, server._core.policy.lowat.ok, mark)
     server.close()
     client.close()
 

@@ -193,7 +193,7 @@ def test_after_its_socket_closes_no_call_uses_the_fd_number_again(monkeypatch, t
                 b, _ = listener.accept()
                 opened.append(b)
                 stream = ReadIntoIOStream(a)
-                calls = stream._core.calls
+                calls = stream._core.io.calls
                 assert calls.keep_gil
                 b.sendall(b"x")
                 assert _recv_all(calls, 1) == b"x"  # the calls as they run while open
@@ -239,7 +239,7 @@ def test_a_socket_whose_close_fails_still_leaves_no_fd_number_behind(tcp_pair):
     async def main():
         a, _ = tcp_pair
         stream = ReadIntoIOStream(a)
-        calls = stream._core.calls
+        calls = stream._core.io.calls
         assert calls.fd == a.fileno()
         closed = []
         stream.set_close_callback(lambda: closed.append(True))

@@ -6,7 +6,17 @@ import re
 
 import pytest
 
-from tornado_readinto import _emptyproof, _facecore, _lowat, _readcore, _sockcalls, _streamcore, framing, writebuffer
+from tornado_readinto import (
+    _emptyproof,
+    _facecore,
+    _lowat,
+    _policy,
+    _readcore,
+    _sockcalls,
+    _streamcore,
+    framing,
+    writebuffer,
+)
 
 from ._builds import slots_and_methods, source_path
 
@@ -28,6 +38,7 @@ def declarations(module, name):
     [
         (_emptyproof, _emptyproof.EmptyProof),
         (_lowat, _lowat.LowWaterMark),
+        (_policy, _policy.StreamPolicy),
         (_sockcalls, _sockcalls.SocketCalls),
         (_readcore, _readcore.ReadCore),
         (_readcore, _readcore.ReadAheadPool),

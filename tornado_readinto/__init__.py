@@ -62,6 +62,7 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 _COMPILED_MODULES: tuple[str, ...] = (
     "_emptyproof",
     "_lowat",
+    "_policy",
     "_sockcalls",
     "_readcore",
     "_streamcore",

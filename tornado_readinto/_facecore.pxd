@@ -1,17 +1,24 @@
 # Declarations for compiling _facecore.py with Cython in pure-Python mode:
 # the same .py, typed by this file.  The face's per-message state in C fields
-# of the stream's one core object (docs/internals.rst draws where each
-# Tornado attribute lives).
+# of one object that holds the stream's mechanism (docs/internals.rst draws
+# where each Tornado attribute lives).
 
+cimport cython
+
+from tornado_readinto._emptyproof cimport EmptyProof
+from tornado_readinto._policy cimport StreamPolicy
+from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto._streamcore cimport StreamCore
 
 
-cdef class FaceCore(StreamCore):
+cdef class FaceCore:
     # -- settled in __init__ --
     cdef readonly object face                 # the ReadIntoIOStream
     cdef readonly object loop                 # its asyncio loop
-    cdef readonly bint eager                  # waiting reads get an _EagerReadFuture
-    cdef readonly bint eager_contended        # ...also once the GIL was seen contended (a permission)
+    cdef readonly StreamCore io               # the mechanism: receive loop and write queue
+    cdef readonly ReadCore reads              # io.reads: the read state
+    cdef readonly StreamPolicy policy         # io.policy: the heuristics
+    cdef readonly object fail                 # the face's error policy: fail(error, where) -> bool
     cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
     cdef readonly bint drops_on_error         # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --
@@ -30,21 +37,27 @@ cdef class FaceCore(StreamCore):
     cdef public object done_cb                # on_read_done, bound once
 
     # Reads.
+    @cython.locals(reads=ReadCore)
     cpdef object read_into_future(self, object buf, bint partial=*)
     cpdef object filled(self, Py_ssize_t nbytes)
     cpdef object read_bytes_future(self, object num_bytes, bint partial=*)
     cpdef object read_message_future(self, object reader)
     cpdef object start_failed(self, object error)
     cpdef object busy(self)
+    @cython.locals(io=StreamCore)
     cpdef object started(self, object result)
     cpdef object complete(self, object result)
     cpdef object listen_if_idle(self)
     cpdef object on_read_done(self, object future)
     cpdef object on_read_cancelled(self, object future)
     cpdef bint read_would_wait(self) except -1
+    @cython.locals(io=StreamCore, proof=EmptyProof, left=bint, completed=bint)
     cpdef object readable_event(self)
+    @cython.locals(io=StreamCore)
     cpdef object read_ready(self)
     cpdef object end_events(self)
     # Writes.
+    @cython.locals(io=StreamCore)
     cpdef object write_future(self, object buffers)
     cpdef object writable_event(self)
+    cpdef bint uncork(self) except -1

@@ -1,24 +1,28 @@
 # cython: annotation_typing=False
-"""`FaceCore`: the stream's core with the Tornado face's per-message state.
+"""`FaceCore`: the Tornado face's per-message state, in C.
 
-`tornado_readinto._streamcore.StreamCore` owns the socket I/O and knows no
-event loop.  This class extends it with what a read or a write does around
-that I/O on behalf of `tornado_readinto.iostream.ReadIntoIOStream`: the
-pending read's Future, the registration state Tornado keeps in ``_state``,
-the stream's closed and connecting flags, the write Futures, and the READ
-callback that the asyncio loop calls directly.
+`tornado_readinto.iostream.ReadIntoIOStream` is the face: a Tornado
+``IOStream`` subclass.  This object is its half that runs per message: it
+owns the read and write Futures, the registration state Tornado keeps in
+``_state``, the connecting flag and the READ callback that the asyncio loop
+calls directly.  It drives one `tornado_readinto._streamcore.StreamCore`
+(`io`: the mechanism, which knows no event loop, no Future and no face) and
+calls the face for what is rare.  Calls go one way: the face and this object
+call the mechanism; the mechanism returns or raises, and calls neither.
 
 Strategy:
 
-* One object, typed fields.  Compiled (Cython's pure-Python mode with
+* Typed fields.  Compiled (Cython's pure-Python mode with
   ``_facecore.pxd``), a message's state lives in C fields of one extension
-  type, and the hot paths (`read_into_future`, `read_bytes_future`,
+  type that holds the mechanism, its read state and its policy in typed
+  fields (C calls between them), and the hot paths (`read_into_future`, `read_bytes_future`,
   `read_message_future`, `read_ready`, `write_future`) are C calls that look
   nothing up in an instance ``__dict__``.  Uncompiled, the same file is the
   pure-Python twin and the reference.
 * The face keeps Tornado's attribute names: ``_read_future``, ``_state``,
   ``_closed``, ``_connecting``, ``_write_futures`` and
-  ``max_write_buffer_size`` are properties over this object's fields, so
+  ``max_write_buffer_size`` are properties over this object's fields (and
+  the write queue's, over the mechanism's), so
   Tornado's own methods (``_add_io_state``, ``_maybe_add_error_listener``,
   ``connect``...) read and write the same state.
 * What is rare stays on the face and is called through ``face``:
@@ -43,8 +47,6 @@ from typing import TYPE_CHECKING, Any
 from tornado import ioloop
 from tornado.concurrent import Future
 
-from . import _gilheld
-
 if TYPE_CHECKING:
     from . import _cyshim as cython
 else:
@@ -54,7 +56,7 @@ else:
         from . import _cyshim as cython
 from ._eager import EagerFuture, run_callbacks
 from ._readcore import PENDING
-from ._streamcore import CORKED, SEND, StreamCore
+from ._streamcore import CORKED, EOF, SEND, CoreFailure, StreamCore
 from ._tornado_compat import StreamClosedError, UnsatisfiableReadError, future_set_result_unless_cancelled
 from .errors import BufferBusyError
 
@@ -120,23 +122,26 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
-class FaceCore(StreamCore):
-    """A `StreamCore` that also keeps its face's per-message state and runs
-    its hot paths (see the module's strategy).
+class FaceCore:
+    """The face's per-message state over one `StreamCore`, and its hot
+    paths (see the module's strategy).
 
-    Not thread-safe: one core belongs to one stream, on its event loop's
-    thread.  Its options (`face`, `loop`, `eager`, `eager_contended`,
-    `plain_events`, `drops_on_error` and `StreamCore`'s) are settled in
-    ``__init__``; the compiled build makes them read-only.
+    Not thread-safe: it belongs to one stream, on its event loop's thread.
+    Its options (`face`, `loop`, `io`, `plain_events`, `drops_on_error`) are
+    settled in ``__init__``; the compiled build makes them read-only.
 
     .. versionadded:: 0.2
+    .. versionchanged:: 0.3
+       Holds its `StreamCore` (`io`) instead of extending it.
     """
 
     __slots__ = (
         "face",
         "loop",
-        "eager",
-        "eager_contended",
+        "io",
+        "reads",
+        "policy",
+        "fail",
         "plain_events",
         "drops_on_error",
         "read_future",
@@ -154,27 +159,28 @@ class FaceCore(StreamCore):
 
     def __init__(
         self,
-        face: Any = None,
-        loop: Any = None,
+        face: Any,
+        loop: Any,
+        io: StreamCore,
         *,
-        eager: bool = False,
-        eager_contended: bool = True,
         plain_events: bool = True,
         drops_on_error: bool = False,
-        **stream_options: Any,
     ) -> None:
-        """``face`` and ``loop``, the four options below, and `StreamCore`'s
-        (``stream_options``): all settled here, once."""
-        super().__init__(**stream_options)
-        #: The `ReadIntoIOStream` this is the core of.
+        """``face``, ``loop``, ``io`` and the two options below: all settled
+        here, once."""
+        #: The `ReadIntoIOStream` whose state this is.
         self.face: Any = face
         #: Its asyncio loop (given to every Future made here).
         self.loop: Any = loop
-        #: Reads that wait get an `_EagerReadFuture` (asyncio's own loop).
-        self.eager = eager
-        #: They also get one once the GIL was seen contended in the process
-        #: (where at least two threads can run at once).
-        self.eager_contended = eager_contended
+        #: The stream's mechanism: the receive loop and the write queue.
+        self.io = io
+        #: Its read state and its heuristics (the same objects, one C field
+        #: away instead of two).
+        self.reads = io.reads
+        self.policy = io.policy
+        #: The face's error policy, ``fail(error, where)``: logs, records
+        #: the error and closes the stream; True when the caller must raise.
+        self.fail: Any = face._fail
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
         self.plain_events = plain_events
@@ -212,11 +218,12 @@ class FaceCore(StreamCore):
 
     def read_into_future(self, buf: Any, partial: bool = False) -> Any:
         """The face's ``read_into``: see `ReadIntoIOStream.read_into`."""
+        reads = self.reads
         if type(buf) is bytearray:  # always writable, contiguous and of format 'B'
             # Compiled, bytes read ahead that fill it need no memoryview (in
             # the pure build the extra call would cost a read that waits more
             # than the view saves).
-            if cython.compiled and self.read_future is None and self.fill(buf):
+            if cython.compiled and self.read_future is None and reads.fill(buf):
                 return self.filled(len(buf))
             view = memoryview(buf)
         else:
@@ -225,7 +232,7 @@ class FaceCore(StreamCore):
             view.release()  # the read is refused
             return self.busy()
         try:
-            result = self.read_into(view, partial)
+            result = reads.read_into(view, partial)
         except Exception as e:
             return self.start_failed(e)
         if result is PENDING:
@@ -252,7 +259,7 @@ class FaceCore(StreamCore):
         if self.read_future is not None:
             return self.busy()
         try:
-            result = self.read_bytes(num_bytes, partial)
+            result = self.reads.read_bytes(num_bytes, partial)
         except Exception as e:
             return self.start_failed(e)
         return self.started(result)
@@ -263,7 +270,7 @@ class FaceCore(StreamCore):
         if self.read_future is not None:
             return self.busy()
         try:
-            result = self.read_message(reader)
+            result = self.reads.read_message(reader)
         except Exception as e:
             return self.start_failed(e)
         return self.started(result)
@@ -287,19 +294,20 @@ class FaceCore(StreamCore):
         pending = self.read_future
         if pending.cancelled():  # its done callback has not run yet
             self.on_read_cancelled(pending)
-        if self.closed:
+        if self.io.closed:
             raise StreamClosedError(real_error=self.face.error)
         raise BufferBusyError("a read is already in progress on this stream")
 
     def started(self, result: Any) -> Any:
-        """The rest of every read, once the core's ``read_*`` returned
+        """The rest of every read, once the read state's ``read_*`` returned
         ``result`` (see ``ReadIntoIOStream._read``): the read's Future."""
         if result is not PENDING:
             future: Any = Future(loop=self.loop)
             future.set_result(result)
             self.listen_if_idle()
             return future
-        if self.eager or (self.eager_contended and _gilheld.held_until):
+        io = self.io
+        if self.policy.eager_future():
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
             future._stream = self.face
@@ -311,28 +319,33 @@ class FaceCore(StreamCore):
             future = Future(loop=self.loop)
             future.add_done_callback(self.done_cb)
         self.read_future = future
-        if self.closed:
+        if io.closed:
             # Nothing more will come: raise, as stock does (its Future stays
-            # pending); the core's read ends, which releases a read_into buffer.
+            # pending); the read ends, which releases a read_into buffer.
             error = self.face.error
-            self.connection_lost(error)
+            self.reads.connection_lost(error)
             future.add_done_callback(_retrieve)
             raise StreamClosedError(real_error=error)
         state = self.state
         registered = state is not None and state & _READ != 0
         try:
-            if not self.proof.holds(registered):
-                self.proof.unconfirmed = False  # whatever this receive ends on shows it
-                result = self.receive()
+            if not self.policy.skip_receive(registered):
+                self.policy.proof.unconfirmed = False  # whatever this receive ends on shows it
+                result = io.receive()
                 if result is not PENDING:
-                    self.complete(result)
+                    if result is EOF:
+                        self.face.close(False)  # the pending read ends
+                    else:
+                        self.complete(result)
                     return future
-                if self.closed:
+                if io.closed:  # (a replaced read_from_fd may close the stream)
                     return future
-            if self.park():
+            if io.park():
                 self.face._add_io_state(_WRITE)
             if not registered:
                 self.face._add_io_state(_READ)
+        except CoreFailure as e:
+            self.fail(e.error, e.where)
         except Exception as e:
             if self.fail(e, "read"):
                 future.add_done_callback(_retrieve)
@@ -380,19 +393,19 @@ class FaceCore(StreamCore):
 
     def on_read_cancelled(self, future: Any) -> None:
         """The pending read's Future was cancelled: the stream closes."""
-        if self.read_future is future and not self.closed:
+        if self.read_future is future and not self.io.closed:
             self.read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
-            self.discard()
+            self.reads.discard()
             self.fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
         loop (see ``ReadIntoIOStream._read_would_wait``).  No syscall."""
-        if self.buffered_nbytes:
+        if self.reads.buffered_nbytes:
             return False
         state = self.state
-        return self.proof.holds(state is not None and state & _READ != 0)
+        return self.policy.skip_receive(state is not None and state & _READ != 0)
 
     def readable_event(self) -> None:
         """A READ event: receive for the pending read (or read ahead).
@@ -411,42 +424,57 @@ class FaceCore(StreamCore):
         event that leaves a read waiting or only reads ahead, or that no
         send follows before the next read; none on asyncio's own loops,
         which never drop a socket."""
-        self.proof.unconfirmed = False  # (this event shows the socket is watched)
+        io = self.io
+        proof = self.policy.proof
+        proof.unconfirmed = False  # (this event shows the socket is watched)
         completed = False
         while True:
             try:
-                result = self.receive()
+                result = io.receive()
             except UnsatisfiableReadError:
                 raise  # the event handler's policy
+            except CoreFailure as e:
+                self.fail(e.error, e.where)
+                return
             except Exception as e:
                 self.fail(e, "event")
+                return
+            if result is EOF:
+                self.face.close(False)  # the pending read ends
                 return
             if result is not PENDING:
                 self.complete(result)
                 completed = True
-            if not (self.drops_on_error and self.proof.short) or self.closed:
+            if not (self.drops_on_error and proof.short) or io.closed:
                 break
             if completed:  # its waiter reads next, or sends: that confirms
-                self.proof.unconfirmed = True
+                proof.unconfirmed = True
                 break
-        if result is PENDING and self.read_future is not None and not self.closed and self.park():
-            self.face._add_io_state(_WRITE)
+        if result is PENDING and self.read_future is not None and not io.closed:
+            try:
+                left = io.park()
+            except CoreFailure as e:
+                self.fail(e.error, e.where)
+                return
+            if left:
+                self.face._add_io_state(_WRITE)
 
     def read_ready(self) -> None:
         """The READ callback that the asyncio loop calls directly (see
         ``ReadIntoIOStream._read_ready``)."""
         face = self.face
-        if self.in_events or self.closed or self.connecting:
+        io = self.io
+        if self.in_events or io.closed or self.connecting:
             face._handle_events(face.socket, _READ)
             return
         self.in_events = True
         try:
-            self.readable()
+            self.policy.data_ready()
             if self.plain_events:
                 self.readable_event()
             else:
                 face._readable()
-            if not self.closed and self.read_future is None and self.buffered_nbytes >= self.read_chunk_size:
+            if not io.closed and self.read_future is None and self.reads.buffered_nbytes >= self.reads.read_chunk_size:
                 face._update_state()  # the read-ahead is full: READ goes
         except Exception as e:
             if self.fail(e, "events"):
@@ -467,10 +495,11 @@ class FaceCore(StreamCore):
 
     def write_future(self, buffers: Any) -> Any:
         """The face's ``writelines``: see `ReadIntoIOStream.writelines`."""
-        if self.closed:
+        io = self.io
+        if io.closed:
             raise StreamClosedError(real_error=self.face.error)
         connecting = self.connecting
-        status = self.writelines(buffers, connecting, self.max_write_nbytes)
+        status = io.writelines(buffers, connecting, self.max_write_nbytes)
         if status <= CORKED:
             # Sent at once, or corked: the stream's one resolved Future.
             if status:
@@ -485,23 +514,27 @@ class FaceCore(StreamCore):
         futures = self.write_futures
         if futures is None:
             futures = self.write_futures = deque()
-        futures.append((self.write_index, future))
+        futures.append((io.write_index, future))
         if not connecting:
             if status == SEND:
                 if self.plain_events:
                     self.writable_event()
                 else:
                     self.face._writable()
-            if self.write_buffer:
+            if io.write_buffer:
                 self.face._add_io_state(_WRITE)
             self.face._maybe_add_error_listener()
         return future
 
     def writable_event(self) -> None:
         """A WRITE event (or a write to send now): send what is queued, then
-        resolve the writes whose bytes all left."""
-        self.send_queued()  # a failed send closes the stream (through fail)
-        done_index = self.done_index
+        resolve the writes whose bytes all left.  A failed send closes the
+        stream (the face's error policy)."""
+        try:
+            self.io.send_queued()
+        except CoreFailure as e:
+            self.fail(e.error, e.where)
+        done_index = self.io.done_index
         futures = self.write_futures
         if futures is None:
             return
@@ -509,3 +542,12 @@ class FaceCore(StreamCore):
             future_set_result_unless_cancelled(futures.popleft()[1], None)
         if not futures:
             self.write_futures = None  # no write waits: no deque kept
+
+    def uncork(self) -> bool:
+        """Send what the cork holds; True if bytes are left queued (the face
+        waits for WRITE).  A failed send closes the stream."""
+        try:
+            return self.io.uncork()
+        except CoreFailure as e:
+            self.fail(e.error, e.where)
+            return False

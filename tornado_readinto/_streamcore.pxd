@@ -24,7 +24,7 @@
 #         |  CLOSED (closed, eof): nothing is received any more |
 #         +-----------------------------------------------------+
 #
-# The receive (EmptyProof: readable, at):
+# The receive (the policy's EmptyProof: readable, at):
 #
 #         +-----------+   short recv, or EAGAIN    +--------------+
 #   ----->| READABLE  | -------------------------> | PROVED EMPTY |
@@ -52,8 +52,7 @@
 
 cimport cython
 
-from tornado_readinto._emptyproof cimport EmptyProof
-from tornado_readinto._lowat cimport LowWaterMark
+from tornado_readinto._policy cimport StreamPolicy
 from tornado_readinto._sockcalls cimport SocketCalls
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto.framing cimport FrameReader
@@ -65,39 +64,38 @@ cpdef Py_ssize_t _buffer_nbytes(object data) except -1
 cpdef Py_ssize_t _total_nbytes(object buffers) except -1
 
 
-cdef class StreamCore(ReadCore):
-    # -- the socket (readonly: settled in __init__) --
-    cdef readonly SocketCalls calls           # the socket's recv_into and sendmsg (a heuristic: keeping the GIL)
+cdef class StreamCore:
+    # -- the parts (readonly: settled in __init__; typed, so their calls are C calls) --
+    cdef readonly ReadCore reads              # the read-ahead bytes and the pending read
+    cdef readonly StreamPolicy policy         # the heuristics
+    cdef readonly SocketCalls calls           # the socket's recv_into and sendmsg (keeping the GIL where that pays)
+    # -- the socket --
     cdef readonly bint gather                 # send with sendmsg (else write_to_fd per segment)
     cdef readonly bint short_read_drains      # a short recv proves the socket empty (not TLS)
     cdef readonly Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
-    cdef readonly EmptyProof proof            # the proof that the socket is empty (a heuristic)
     cdef public Py_ssize_t nbytes_received
-    cdef readonly object busy_poll            # BusyPoll or None
-    cdef readonly LowWaterMark lowat          # the receive low-water mark of large waits (a heuristic)
     cdef public Py_ssize_t wait_nbytes        # bytes the pending read surely needs after the last receive
     # -- the write queue and the cork --
     cdef public ChunkedWriteBuffer write_buffer   # typed: its append/peek_buffers/advance are C calls
     cdef public Py_ssize_t write_index        # bytes ever queued (Tornado's _total_write_index)
     cdef public Py_ssize_t done_index         # bytes ever sent (Tornado's _total_write_done_index)
     cdef public Py_ssize_t cork_nbytes        # bytes at the end of the queue held by the cork
-    # -- callbacks into the face (readonly but read_from_fd, which Tornado's tests replace) --
+    # -- the face's transport (readonly but read_from_fd, which Tornado's tests replace) --
     cdef public object read_from_fd           # (view) -> int | None, or None: calls.recv_into
     cdef readonly object write_to_fd          # (view) -> int, for sockets without sendmsg
-    cdef readonly object close                # (exc_info) -> None
-    cdef readonly object fail                 # (error, where) -> bool: the face's error policy
 
+    cpdef object detach_socket(self)
+    cpdef object socket_closed(self)
     # Incoming flow.
-    @cython.locals(reading=bint, requested=Py_ssize_t, proof=EmptyProof)
+    @cython.locals(reads=ReadCore, reading=bint, requested=Py_ssize_t, policy=StreamPolicy)
     cpdef object receive(self)
-    cpdef object park(self)
-    cpdef object readable(self)
+    cpdef bint park(self) except -1
     # Outgoing flow.
     @cython.locals(sent=Py_ssize_t, total=Py_ssize_t, queued=Py_ssize_t)
     cpdef int writelines(self, object buffers, bint connecting, object max_write_nbytes) except -1
     cpdef object send_queued(self)
-    cpdef object uncork(self)
+    cpdef bint uncork(self) except -1
     cdef object _write_segments(self)
     cdef object _cork(self, object buffers)

@@ -1,70 +1,57 @@
 # cython: annotation_typing=False
-"""`StreamCore`: one object that owns a stream's socket I/O.
+"""`StreamCore`: the mechanism of one stream's socket I/O.
 
-It is the read core (`tornado_readinto._readcore.ReadCore`, which it
-extends: the read-ahead buffer and the one pending read), the receive
-(``recv_into`` into the buffer the read core hands out, through the
-socket calls of `tornado_readinto._sockcalls`, the proof that the socket is
-empty and the busy-poll policy's hooks) and the write queue with its cork (gather
-``sendmsg``).  `tornado_readinto._facecore.FaceCore` extends it with the
-Tornado face's per-message state (the Futures, the registration state);
-`tornado_readinto.iostream.ReadIntoIOStream` is the thin face over that.
+It composes three objects and adds the two loops they serve:
+
+* `reads` (`tornado_readinto._readcore.ReadCore`): the read-ahead bytes and
+  the one pending read, in the shape of an ``asyncio.BufferedProtocol``;
+* `calls` (`tornado_readinto._sockcalls.SocketCalls`): ``recv_into`` and
+  ``sendmsg`` on the socket;
+* `policy` (`tornado_readinto._policy.StreamPolicy`): every heuristic (the
+  proof that the socket is empty, the receive low-water mark, busy
+  polling, the cork's size), told what happens through named hooks;
+* the receive loop (`StreamCore.receive`: ``recv_into`` into the buffer the
+  read state hands out, until the read completes or the socket is empty)
+  and the write queue with its cork (gather ``sendmsg``).
+
+`tornado_readinto._facecore.FaceCore`, the face's per-message state (its
+Futures, its registration), holds one; `tornado_readinto.iostream.ReadIntoIOStream`
+is the Tornado face over both.
 
 Strategy:
 
-* The core imports nothing from Tornado and holds no event loop: every
-  method returns what the face needs (a read's result or `PENDING`, a write's
-  status) and raises the errors the face's policy must see.  It calls back
-  into the face for four things only, each a plain callable field:
-
-  - ``read_from_fd(view) -> int | None``: the receive of a stream that does
-    not use a plain socket's ``recv_into`` (TLS, a subclass or an instance
-    that replaced Tornado's ``read_from_fd``); None for the others, which
-    the core receives from itself (`SocketCalls.recv_into`);
-  - ``write_to_fd(view) -> int``: the send of a stream without ``sendmsg``
-    (TLS), one segment at a time;
-  - ``close(exc_info)``: the peer closed (``close(False)``);
-  - ``fail(error, where)``: the face's error policy, for the bytes a reader
-    rejected (``"data"``) and for a failed send (``"write"``).
-
+* The core imports nothing from Tornado, holds no event loop and calls
+  nothing of its owner: every method returns what happened (a read's result,
+  `PENDING`, `EOF`, a write's status) or raises what the owner's error
+  policy must see (`CoreFailure` for bytes a reader rejected and for a
+  failed send; ``OSError`` and the read limits' errors for the receive).
+  Its one outside hook is the transport of a stream that does not use a
+  plain socket: ``read_from_fd(view)`` (TLS, a subclass or an instance that
+  replaced Tornado's ``read_from_fd``) and ``write_to_fd(view)`` (TLS).
 * Fields are plain and typed, methods are ordinary methods, and the hot ones
-  call no other Python function but the socket's and the read core's, so
-  that Cython can compile this module in pure-Python mode with a ``.pxd``.
-* A ``recv`` that returns fewer bytes than asked for (plain sockets) or EAGAIN
-  proves the socket empty for a while (`tornado_readinto._emptyproof`): a
-  read that has to wait then parks without trying the socket.  On TLS,
-  decrypted bytes can sit inside the SSL object, where the selector does
-  not see them; but a TLS receive returns at most one record, so one shorter
-  than asked and shorter than a full record (`TLS_RECORD_NBYTES`) emptied
-  the SSL object at the end of the peer's write, and proves the same.
-* A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
-  buffer sets the socket's receive low-water mark to what it still needs,
-  at most `RCVLOWAT_NBYTES` (`tornado_readinto._lowat`), so that the loop
-  wakes once per `RCVLOWAT_NBYTES` instead of once per arriving batch, and
-  once more when the read's last byte has arrived.
+  call no other Python function but the socket's and those of the three
+  objects above, held in typed fields, so that Cython compiles this module
+  in pure-Python mode with a ``.pxd`` and every call between them is a C
+  call.
 * Writes go out in ``sendmsg`` calls of up to `IOV_MAX` buffers; on an idle
   socket straight from the caller's objects, queued only if the kernel took
   part of them.  Replies written while more input is already read ahead are
-  corked (copied, at most `CORK_MAX_NBYTES`) until the reads catch up.
-* Every ``recv_into`` and gathered ``sendmsg`` on a plain socket goes
-  through one `tornado_readinto._sockcalls.SocketCalls`, which keeps the GIL
-  where that pays (while another thread is seen to hold it, or, compiled, in
-  a process with no other Python thread) and times the calls that may show
-  a stall.
+  corked (copied, at most the policy's ``cork_max_nbytes``) until the reads
+  catch up.
 """
 
 from __future__ import annotations
 
+import enum
 import operator
 import os
 import socket
 from collections.abc import Iterable, Sequence
-from time import perf_counter
 from typing import Any, Callable, Final
 
-from . import _gilheld
-from ._emptyproof import DRAINED_VALID_S, EmptyProof
-from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, LowWaterMark
+from ._emptyproof import DRAINED_VALID_S
+from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES
+from ._policy import CORK_MAX_NBYTES, StreamPolicy
 from ._readcore import (
     _INTO,
     DEFAULT_MAX_BUFFER_SIZE,
@@ -75,13 +62,14 @@ from ._readcore import (
 )
 from ._sockcalls import SocketCalls
 from ._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
-from .busypoll import BusyPoll
 from .framing import FrameReader
 from .writebuffer import ChunkedWriteBuffer
 
 __all__ = [
     "CORKED",
     "CORK_MAX_NBYTES",
+    "CoreFailure",
+    "EOF",
     "DRAINED_VALID_S",
     "IOV_MAX",
     "MAX_SEND_NBYTES",
@@ -110,11 +98,6 @@ IOV_MAX: Final = _iov_max()
 #: without read-ahead, as Python runs it).
 TLS_RECORD_NBYTES: Final = 16 * 1024  # bytes
 
-#: The most bytes of replies a stream holds back while more input is
-#: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
-#: the write buffer.
-CORK_MAX_NBYTES: Final = 64 * 1024  # bytes
-
 #: Only buffers under this size are held back: they are copied, so their
 #: writers may reuse them at once (the write buffer's own threshold).
 _CORK_MAX_BUFFER_NBYTES: Final = 8 * 1024  # bytes
@@ -134,6 +117,20 @@ SEND: Final = 2
 #: Queued behind a full socket buffer or a connect: the face makes the
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
+
+class _EofType(enum.Enum):
+    # An enum member is the sentinel idiom type checkers understand.
+    EOF = "EOF"
+
+    def __repr__(self) -> str:
+        return "EOF"
+
+    __str__ = __repr__
+
+
+#: Returned by `StreamCore.receive` when the peer closed: the owner closes
+#: the stream (which ends a pending read).
+EOF: Final = _EofType.EOF
 
 #: Up to this many buffers, `_total_nbytes` sums them one by one.
 _FEW_BUFFERS: Final = 8
@@ -163,17 +160,25 @@ def _total_nbytes(buffers: Sequence[Any]) -> int:
     return total
 
 
-def _no_close(exc_info: Any) -> None:  # pragma: no cover - replaced by the face
-    raise RuntimeError("StreamCore.close was not set by the stream")
+class CoreFailure(Exception):
+    """What `StreamCore` raises where its owner's error policy must act: the
+    bytes were rejected (``where`` is ``"data"``: a reader's error, or no
+    memory for a frame) or a send failed (``"write"``).  The core has not
+    closed the stream; ``error`` is the exception to report."""
+
+    def __init__(self, error: BaseException, where: str) -> None:
+        super().__init__(error, where)
+        #: The exception to report (the stream closes with it).
+        self.error = error
+        #: ``"data"`` or ``"write"``.
+        self.where = where
 
 
-def _no_fail(error: BaseException, where: str) -> bool:  # pragma: no cover - replaced by the face
-    raise error
-
-
-class StreamCore(ReadCore):
-    """The socket I/O of one stream: the read core, the receive, the write
-    queue and the cork (see the module's strategy).
+class StreamCore:
+    """The mechanism of one stream: the receive loop and the write queue
+    (see the module's strategy).  It holds its read state (`reads`), its
+    socket calls (`calls`) and its heuristics (`policy`), and calls nothing
+    of its owner: every method returns what happened or raises.
 
     Not thread-safe: one core belongs to one stream, on its event loop's
     thread.
@@ -191,44 +196,43 @@ class StreamCore(ReadCore):
         ``keep_gil``: held calls while the GIL is contended, and in the
         compiled build untimed native calls in a process with no other
         Python thread).
-    :arg busy_poll: the busy-poll policy told when a read parks, or None.
+    :arg policy: the stream's heuristics (default: a `StreamPolicy` with
+        its defaults and no busy polling).
     :arg read_from_fd: the face's receive (TLS, a subclass's override), or
         None: the core receives on ``sock`` itself.
     :arg write_to_fd: the face's send of one segment (without ``gather``).
-    :arg close: closes the stream (``close(exc_info)``).
-    :arg fail: the face's error policy (``fail(error, where)``).
-    :arg proof: the proof that the socket is empty (default: a new
-        `EmptyProof`).
 
     ``read_chunk_size``, ``max_buffer_size`` and ``direct_min_nbytes`` are
-    the read core's.
+    the read core's (`reads`).
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.3
+       Holds its `ReadCore` and its `StreamPolicy` instead of extending the
+       one and spreading the other over fields; raises `CoreFailure` and
+       returns `EOF` instead of calling its owner.
     """
 
     __slots__ = (
-        # the socket
+        # the parts
+        "reads",
+        "policy",
         "calls",
+        # the socket
         "gather",
         "short_read_drains",
         "tls_record_nbytes",
         "closed",
         # the receive
-        "proof",
         "nbytes_received",
-        "busy_poll",
-        "lowat",
         "wait_nbytes",
         # the write queue and the cork
         "write_buffer",
         "write_index",
         "done_index",
         "cork_nbytes",
-        # callbacks into the face
+        # the face's transport (TLS, or a replaced read_from_fd)
         "read_from_fd",
         "write_to_fd",
-        "close",
-        "fail",
     )
 
     def __init__(
@@ -242,22 +246,22 @@ class StreamCore(ReadCore):
         read_chunk_size: int = DEFAULT_READ_CHUNK_SIZE,
         max_buffer_size: int = DEFAULT_MAX_BUFFER_SIZE,
         direct_min_nbytes: int = DIRECT_READ_MIN_NBYTES,
-        busy_poll: BusyPoll | None = None,
+        policy: StreamPolicy | None = None,
         read_from_fd: Callable[[memoryview], int | None] | None = None,
         write_to_fd: Callable[[memoryview], int] | None = None,
-        close: Callable[[Any], None] | None = None,
-        fail: Callable[[BaseException, str], bool] | None = None,
-        proof: EmptyProof | None = None,
     ) -> None:
         """Every option is settled here, once: the stream's owner passes
         them all (`tornado_readinto.iostream` does), and none is assigned
         from outside afterwards (the receive hook ``read_from_fd`` alone may
         be replaced, as Tornado's tests do)."""
-        super().__init__(read_chunk_size, max_buffer_size, direct_min_nbytes)
+        #: The read state: the read-ahead bytes and the one pending read.
+        self.reads = ReadCore(read_chunk_size, max_buffer_size, direct_min_nbytes)
+        #: The heuristics, told what happens and asked what to do.
+        self.policy = StreamPolicy(sock if short_read_drains else None) if policy is None else policy
         #: The receive and send calls on the socket (plain streams receive
         #: and send on it directly; its ``sock`` is None only for a TLS
         #: stream's core, or once start_tls took the socket), keeping the
-        #: GIL where that pays (`SocketCalls`: a heuristic).
+        #: GIL where that pays (``own_socket_io``).
         self.calls = SocketCalls(sock, own_socket_io)
         #: Sends gather with ``sendmsg`` (else ``write_to_fd`` per segment).
         self.gather = gather
@@ -267,16 +271,8 @@ class StreamCore(ReadCore):
         self.tls_record_nbytes = tls_record_nbytes
         #: True once the stream closed: nothing is received or sent any more.
         self.closed = False
-        #: Whether the socket is proved empty (`EmptyProof`: a heuristic,
-        #: told what each receive, READ event and write showed).
-        self.proof = EmptyProof() if proof is None else proof
         #: Bytes received so far.
         self.nbytes_received = 0
-        #: The busy-poll policy told when a read parks, or None.
-        self.busy_poll: BusyPoll | None = busy_poll
-        #: The receive low-water mark of large waits (`LowWaterMark`: a
-        #: heuristic, plain TCP on Linux).
-        self.lowat = LowWaterMark(sock, short_read_drains)
         #: Bytes the pending read is sure to need after the last receive
         #: (the rest of its own buffer, received in place: a read_into that
         #: is not partial, a FrameReader's frame), or 0.
@@ -293,18 +289,13 @@ class StreamCore(ReadCore):
         self.read_from_fd: Callable[[memoryview], int | None] | None = read_from_fd
         #: The face's send of one segment (streams without ``sendmsg``).
         self.write_to_fd: Callable[[memoryview], int] | None = write_to_fd
-        #: Closes the stream (the face's ``close(exc_info)``).
-        self.close: Callable[[Any], None] = _no_close if close is None else close
-        #: The face's error policy: ``fail(error, where)`` logs, records the
-        #: error and closes the stream.
-        self.fail: Callable[[BaseException, str], bool] = _no_fail if fail is None else fail
 
     def detach_socket(self) -> None:
         """The socket now belongs to another stream (``start_tls``): this
         core is closed and never touches it again."""
         self.closed = True
         self.calls.off()
-        self.lowat.off()
+        self.policy.off()
 
     def socket_closed(self) -> None:
         """The face closed the socket: this core is closed, and its calls
@@ -316,34 +307,36 @@ class StreamCore(ReadCore):
     # -- Incoming flow ----------------------------------------------------------
 
     def receive(self) -> Any:
-        """Receive what the socket has now and feed it to the read core;
-        return the pending read's result, or `PENDING`.
+        """Receive what the socket has now and feed it to the read state;
+        return the pending read's result, `PENDING`, or `EOF` (the peer
+        closed: the owner closes the stream).
 
         With a read pending: receive until it completes, the socket has no
-        more data or the stream closes.  With none: one ``recv`` bounded by
+        more data or the peer closes.  With none: one ``recv`` bounded by
         ``read_chunk_size`` (which also notices EOF), none when that many
         bytes are read ahead already.
 
         Cost: per receive one ``recv_into`` (two ``perf_counter`` reads), one
         `get_buffer` and one `buffer_updated`.
 
-        :raises OSError: the receive failed (the stream is not closed yet:
-            the face's error policy closes it).
+        :raises OSError: the receive failed (the owner closes the stream).
         :raises StreamBufferFullError: more than ``max_buffer_size`` bytes are
             read ahead.
         :raises UnsatisfiableReadError: a ``max_bytes`` was exceeded.
+        :raises CoreFailure: the read's reader rejected the bytes, or its
+            buffer could not be made (``where`` is ``"data"``).
         """
-        reading = self._mode != 0  # not _IDLE
+        reads = self.reads
+        reading = reads._mode != 0  # not _IDLE
         read_from_fd = self.read_from_fd
-        proof = self.proof
-        proof.receiving()
+        policy = self.policy
+        policy.receiving()
         self.wait_nbytes = 0
         while not self.closed:
             try:
-                view = self.get_buffer()
+                view = reads.get_buffer()
             except Exception as e:  # a reader that failed earlier, or no memory
-                self.fail(e, "data")
-                return PENDING
+                raise CoreFailure(e, "data") from None
             requested = len(view)
             if not requested:
                 return PENDING  # idle, read_chunk_size bytes read ahead: none
@@ -354,34 +347,34 @@ class StreamCore(ReadCore):
                 # next tries the socket, as Tornado's does: a failing socket
                 # raises inline after a handshake.)
                 if self.short_read_drains:
-                    proof.emptied(False)
+                    policy.drained(False)
                 break
             if not received:
-                proof.ended()
-                self.close(False)  # the peer closed: a pending read ends
-                break
+                policy.ended()
+                if not reads.buffered_nbytes and reads._ra is not None:
+                    reads._release_read_ahead()
+                return EOF  # the owner closes: a pending read ends
             if received < requested and (self.short_read_drains or received < self.tls_record_nbytes):
-                proof.emptied(True)
+                policy.drained(True)
             self.nbytes_received += received
             if not reading:
-                self.buffer_updated(received)
-                self.spare_storage()
+                reads.buffer_updated(received)
+                reads.spare_storage()
                 return PENDING
             try:
-                result = self.buffer_updated(received, True)
+                result = reads.buffer_updated(received, True)
             except (StreamBufferFullError, UnsatisfiableReadError):
                 raise
             except Exception as e:  # the reader rejected the bytes (FramingError…)
-                self.fail(e, "data")
-                return PENDING
+                raise CoreFailure(e, "data") from None
             if result is not PENDING:
-                self.lowat.reset()
-                self.spare_storage()
+                policy.read_done()
+                reads.spare_storage()
                 return result
-            if not proof.readable:
+            if not policy.keep_receiving():
                 break
-        if not self.buffered_nbytes and self._ra is not None:
-            self._release_read_ahead()  # (EAGAIN: an idle stream holds no storage)
+        if not reads.buffered_nbytes and reads._ra is not None:
+            reads._release_read_ahead()  # (EAGAIN: an idle stream holds no storage)
         if self.closed or not reading:
             return PENDING
         # The read waits (EAGAIN or a short receive): what is left of its own
@@ -389,35 +382,23 @@ class StreamCore(ReadCore):
         # a read_into that is not partial and for a FrameReader's frame (its
         # view is exactly the frame's rest); another MessageReader's buffer
         # may be larger than its message.
-        if self._direct and (not self._partial if self._mode == _INTO else type(self._reader) is FrameReader):
+        if reads._direct and (not reads._partial if reads._mode == _INTO else type(reads._reader) is FrameReader):
             self.wait_nbytes = requested - (received or 0)
-        return self.search()  # a regex search put off by buffer_updated(n, True)
+        return reads.search()  # a regex search put off by buffer_updated(n, True)
 
     def park(self) -> bool:
         """The pending read waits for the socket: send the replies the cork
-        holds (the reads caught up), set or clear the receive low-water mark
-        of a large wait (`RCVLOWAT_MIN_MISSING`), and tell the busy-poll
-        policy unless a mark is set.  Returns True if written bytes are left
-        queued (the face waits for WRITE)."""
+        holds (the reads caught up) and tell the policy (`StreamPolicy.parked`:
+        the low-water mark of a large wait, or busy polling).  Returns True
+        if written bytes are left queued (the owner waits for WRITE).
+
+        :raises CoreFailure: sending the cork's bytes failed (``"write"``).
+        """
         left = False
         if self.cork_nbytes:
             left = self.uncork()
-        if self.lowat.wait(self.wait_nbytes if self.read_from_fd is None else 0):
-            return left  # a long wait for the mark: no spin
-        poll = self.busy_poll
-        if poll is not None:
-            now = perf_counter()
-            if now >= _gilheld.held_until:  # contended GIL: no spinning, no bookkeeping
-                poll.parked(now)
+        self.policy.parked(self.wait_nbytes if self.read_from_fd is None else 0)
         return left
-
-    def readable(self) -> None:
-        """A READ event: the socket has data (the busy-poll policy is told
-        if a read was parked)."""
-        self.proof.data_ready()
-        poll = self.busy_poll
-        if poll is not None and poll.parked_at:
-            poll.data_came(perf_counter())
 
     # -- Outgoing flow ----------------------------------------------------------
 
@@ -437,9 +418,9 @@ class StreamCore(ReadCore):
         :raises StreamBufferFullError: ``max_write_nbytes`` would be exceeded
             (nothing is queued).
         """
-        self.proof.wrote()
+        self.policy.wrote()
         write_buffer = self.write_buffer
-        if self.buffered_nbytes and self.gather and len(write_buffer) == self.cork_nbytes:
+        if self.reads.buffered_nbytes and self.gather and len(write_buffer) == self.cork_nbytes:
             # (Never behind bytes queued by someone else, e.g. dask's direct
             # _write_buffer appends: their write(b"") must wait for them.)
             if not connecting and max_write_nbytes is None:
@@ -457,11 +438,11 @@ class StreamCore(ReadCore):
                     sent = self.calls.sendmsg(buffers, total) if total else 0
                 except BlockingIOError:
                     blocked = True
-                    self.proof.unconfirmed = False  # (a socket with an error fails a send)
+                    self.policy.confirmed()  # (a socket with an error fails a send)
                 except Exception:
                     pass  # the queued path below sends again and handles the error
                 else:
-                    self.proof.unconfirmed = False
+                    self.policy.confirmed()
                     if sent == total:
                         self.write_index += total
                         self.done_index += total
@@ -487,7 +468,9 @@ class StreamCore(ReadCore):
         up to `IOV_MAX` buffers at a time, or (TLS) one ``write_to_fd`` per
         segment, so that a retry after "want write" starts at the same byte
         with at least as many bytes, as OpenSSL requires (the queue only
-        grows at its end).  A failed send goes to ``fail(error, "write")``.
+        grows at its end).
+
+        :raises CoreFailure: a send failed (``"write"``).
         """
         write_buffer = self.write_buffer
         if not self.gather:
@@ -501,15 +484,14 @@ class StreamCore(ReadCore):
                     offered += len(view)
                 sent = self.calls.sendmsg(views, offered)
             except BlockingIOError:
-                self.proof.unconfirmed = False  # (a socket with an error fails a send)
+                self.policy.confirmed()  # (a socket with an error fails a send)
                 break
             except OSError as e:
-                self.fail(e, "write")
-                return
+                raise CoreFailure(e, "write") from None
             finally:
                 for view in views:
                     view.release()
-            self.proof.unconfirmed = False
+            self.policy.confirmed()
             if not sent:
                 break
             write_buffer.advance(sent)
@@ -530,17 +512,16 @@ class StreamCore(ReadCore):
             try:
                 with write_buffer.peek(size) as view:
                     sent = write_to_fd(view)
-                self.proof.unconfirmed = False  # (a socket with an error fails a send)
+                self.policy.confirmed()  # (a socket with an error fails a send)
                 if sent == 0:
                     break
                 write_buffer.advance(sent)
                 self.done_index += sent
             except BlockingIOError:
-                self.proof.unconfirmed = False
+                self.policy.confirmed()
                 break
             except OSError as e:
-                self.fail(e, "write")
-                return
+                raise CoreFailure(e, "write") from None
 
     def uncork(self) -> bool:
         """Send what the cork holds (one ``sendmsg`` for all of it).  Returns
@@ -565,7 +546,7 @@ class StreamCore(ReadCore):
                 return False
             total += nbytes
         write_buffer = self.write_buffer
-        if not total or len(write_buffer) + total > CORK_MAX_NBYTES:
+        if not total or len(write_buffer) + total > self.policy.cork_max_nbytes:
             return False  # an empty write is a flush: it waits for what is queued
         for data in buffers:
             write_buffer.append(data)

@@ -59,10 +59,10 @@ from tornado.log import gen_log
 from tornado.platform.asyncio import BaseAsyncIOLoop
 
 from . import _cpus, _gilheld, busypoll
-from ._emptyproof import EmptyProof
 from ._facecore import FaceCore, _EagerReadFuture
+from ._policy import StreamPolicy
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
-from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES
+from ._streamcore import CORK_MAX_NBYTES, DRAINED_VALID_S, IOV_MAX, MAX_SEND_NBYTES, TLS_RECORD_NBYTES, StreamCore
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -228,34 +228,41 @@ class ReadIntoIOStream(IOStream):
         # is C: there only a GIL hand-off is worth it).
         eager = isinstance(loop, asyncio.BaseEventLoop)
         cls = type(self)
-        self._core = FaceCore(
-            self,
-            loop,
+        # The core receives and sends on the socket itself unless the face
+        # does both (TLS: SSL_read and SSL_write through the ssl object).
+        core_sock = sock if gather or read_from_fd is None else None
+        policy = StreamPolicy(
+            # (the receive low-water mark: plain TCP only, never TLS)
+            core_sock if self._short_read_drains else None,
+            empty_proof_s=self._empty_proof_s,
+            busy_poll=BusyPoll(busy_poll_s, spinner_for(loop))
+            if busy_poll_s and busypoll.room_to_spin()  # never on one CPU or under a one-CPU quota
+            else None,
             eager=eager,
             # ...and others (uvloop) once the GIL is seen contended, where two
             # threads can run at once (see EAGER_CONTENDED_MIN_CPUS).
             eager_contended=_cpus.parallel_cpus() >= EAGER_CONTENDED_MIN_CPUS,
+        )
+        io = StreamCore(
+            core_sock,
+            gather=gather,
+            short_read_drains=self._short_read_drains,
+            tls_record_nbytes=self._tls_record_nbytes,
+            own_socket_io=own_socket_io,
+            policy=policy,
+            read_from_fd=read_from_fd,
+            write_to_fd=None if gather else self.write_to_fd,
+        )
+        self._core = FaceCore(
+            self,
+            loop,
+            io,
             # The core runs READ and WRITE events itself unless a subclass
             # (TLS) handles them.
             plain_events=cls._readable is ReadIntoIOStream._readable and cls._writable is ReadIntoIOStream._writable,
             # asyncio's own loops watch a socket for as long as its reader is
             # registered; another (uvloop) may stop after an error event.
             drops_on_error=not eager,
-            # The core receives and sends on the socket itself unless the
-            # face does both (TLS: SSL_read and SSL_write through the ssl object).
-            sock=sock if gather or read_from_fd is None else None,
-            gather=gather,
-            short_read_drains=self._short_read_drains,
-            tls_record_nbytes=self._tls_record_nbytes,
-            own_socket_io=own_socket_io,
-            busy_poll=BusyPoll(busy_poll_s, spinner_for(loop))
-            if busy_poll_s and busypoll.room_to_spin()  # never on one CPU or under a one-CPU quota
-            else None,
-            read_from_fd=read_from_fd,
-            write_to_fd=None if gather else self.write_to_fd,
-            close=self.close,
-            fail=self._fail,
-            proof=EmptyProof(self._empty_proof_s),
         )
         super().__init__(socket, *args, **kwargs)
         # set_nodelay applies to TCP sockets only (the family never changes).
@@ -283,19 +290,19 @@ class ReadIntoIOStream(IOStream):
         receive through it; deleting it restores the stream's own.
         """
         core = self._core
-        if core is not None and core.read_from_fd is not None:
-            return core.read_from_fd
-        if core is None or core.calls.sock is None:  # made without __init__ (TLS tests)
+        if core is not None and core.io.read_from_fd is not None:
+            return core.io.read_from_fd
+        if core is None or core.io.calls.sock is None:  # made without __init__ (TLS tests)
             return self._socket_read_from_fd()
-        return core.calls.recv_into  # type: ignore[no-any-return]
+        return core.io.calls.recv_into  # type: ignore[no-any-return]
 
     @read_from_fd.setter
     def read_from_fd(self, function: Callable[[memoryview], int | None]) -> None:  # type: ignore[override]
-        self._core.read_from_fd = function
+        self._core.io.read_from_fd = function
 
     @read_from_fd.deleter
     def read_from_fd(self) -> None:
-        self._core.read_from_fd = self._own_read_from_fd()
+        self._core.io.read_from_fd = self._own_read_from_fd()
 
     def _socket_read_from_fd(self) -> Callable[[memoryview], int | None]:
         return IOStream.read_from_fd.__get__(self)  # type: ignore[no-any-return]
@@ -305,24 +312,24 @@ class ReadIntoIOStream(IOStream):
         """A *copy* of the bytes read ahead and not yet consumed (stock
         Tornado keeps a ``bytearray`` here; the core keeps a reusable buffer
         with an offset)."""
-        return self._core.peek_buffered()
+        return self._core.reads.peek_buffered()
 
     @_read_buffer.setter
     def _read_buffer(self, data: BytesLike) -> None:
         # BaseIOStream.__init__ assigns an empty bytearray; any assignment
         # replaces the read-ahead bytes with ``data``.
-        self._core.replace_buffered(data)
+        self._core.reads.replace_buffered(data)
 
     @property  # type: ignore[override]
     def _read_buffer_size(self) -> int:
         """Bytes read ahead and not yet consumed (Tornado's
         ``_maybe_add_error_listener`` reads it)."""
-        return self._core.buffered_nbytes
+        return self._core.reads.buffered_nbytes
 
     @_read_buffer_size.setter
     def _read_buffer_size(self, nbytes: int) -> None:
         # BaseIOStream.__init__ assigns 0: the count itself is the core's.
-        if nbytes != self._core.buffered_nbytes:
+        if nbytes != self._core.reads.buffered_nbytes:
             raise AttributeError("_read_buffer_size counts the bytes read ahead: assign _read_buffer instead")
 
     @property  # type: ignore[override]
@@ -331,7 +338,7 @@ class ReadIntoIOStream(IOStream):
         ``append``/``peek``/``advance``, as dask.distributed uses it), None
         once closed (as stock)."""
         core = self._core
-        return None if core.closed else core.write_buffer
+        return None if core.io.closed else core.io.write_buffer
 
     @_write_buffer.setter
     def _write_buffer(self, value: Any) -> None:
@@ -343,45 +350,45 @@ class ReadIntoIOStream(IOStream):
     def _total_write_index(self) -> int:
         """Bytes ever queued (dask.distributed bumps it after appending to
         `_write_buffer`, then calls ``write(b"")``)."""
-        return self._core.write_index
+        return self._core.io.write_index
 
     @_total_write_index.setter
     def _total_write_index(self, nbytes: int) -> None:
-        self._core.write_index = nbytes
+        self._core.io.write_index = nbytes
 
     @property  # type: ignore[override]
     def _total_write_done_index(self) -> int:
         """Bytes ever sent."""
-        return self._core.done_index
+        return self._core.io.done_index
 
     @_total_write_done_index.setter
     def _total_write_done_index(self, nbytes: int) -> None:
-        self._core.done_index = nbytes
+        self._core.io.done_index = nbytes
 
     @property  # type: ignore[override]
     def max_buffer_size(self) -> int:
         """As stock: the most bytes read ahead (a `read_into` buffer does not
         count); kept by the core."""
-        return self._core.max_buffer_size
+        return self._core.reads.max_buffer_size
 
     @max_buffer_size.setter
     def max_buffer_size(self, nbytes: int) -> None:
-        self._core.max_buffer_size = nbytes
+        self._core.reads.max_buffer_size = nbytes
 
     @property  # type: ignore[override]
     def read_chunk_size(self) -> int:
         """As stock: the usual size of one read-ahead ``recv``; kept by the
         core."""
-        return self._core.read_chunk_size
+        return self._core.reads.read_chunk_size
 
     @read_chunk_size.setter
     def read_chunk_size(self, nbytes: int) -> None:
-        self._core.read_chunk_size = nbytes
+        self._core.reads.read_chunk_size = nbytes
 
     @property
     def nbytes_received(self) -> int:
         """Bytes received so far (for statistics)."""
-        return self._core.nbytes_received
+        return self._core.io.nbytes_received
 
     @property
     def nbytes_arrived(self) -> int:
@@ -391,7 +398,7 @@ class ReadIntoIOStream(IOStream):
         mark is reached.  Costs one ``ioctl`` while a mark is set, else
         nothing."""
         core = self._core
-        return core.nbytes_received + core.lowat.unreported_nbytes()  # type: ignore[no-any-return]
+        return core.io.nbytes_received + core.policy.lowat.unreported_nbytes()  # type: ignore[no-any-return]
 
     # Tornado's per-message state: plain attributes of BaseIOStream, kept in
     # the core's C fields (Tornado's own methods read and write them here).
@@ -417,11 +424,11 @@ class ReadIntoIOStream(IOStream):
     @property  # type: ignore[override]
     def _closed(self) -> bool:
         """Tornado's: the stream closed; the core receives and sends no more."""
-        return self._core.closed
+        return self._core.io.closed
 
     @_closed.setter
     def _closed(self, closed: bool) -> None:
-        self._core.closed = closed
+        self._core.io.closed = closed
 
     @property  # type: ignore[override]
     def _connecting(self) -> bool:
@@ -461,15 +468,15 @@ class ReadIntoIOStream(IOStream):
 
     @property
     def _busy_poll(self) -> BusyPoll | None:
-        return self._core.busy_poll
+        return self._core.policy.busy_poll
 
     @property
     def _own_socket_io(self) -> bool:
-        return self._core.calls.keep_gil  # type: ignore[no-any-return]
+        return self._core.io.calls.keep_gil  # type: ignore[no-any-return]
 
     @property
     def _cork_nbytes(self) -> int:
-        return self._core.cork_nbytes
+        return self._core.io.cork_nbytes
 
     # -- reads -----------------------------------------------------------------
 
@@ -519,17 +526,17 @@ class ReadIntoIOStream(IOStream):
         fails with ``StreamClosedError`` (``real_error``:
         ``UnsatisfiableReadError``).
         """
-        return self._read(self._core.read_until, delimiter, max_bytes)
+        return self._read(self._core.reads.read_until, delimiter, max_bytes)
 
     def read_until_regex(self, regex: bytes, max_bytes: int | None = None) -> Future[bytes]:
         """As stock: read up to the end of the first match of ``regex``;
         ``max_bytes`` as in `read_until`."""
-        return self._read(self._core.read_until_regex, re.compile(regex), max_bytes)
+        return self._read(self._core.reads.read_until_regex, re.compile(regex), max_bytes)
 
     def read_until_close(self) -> Future[bytes]:
         """As stock: read everything until the peer closes (bounded by
         ``max_buffer_size``); resolves at once on a closed stream."""
-        return self._read(self._core.read_until_close)
+        return self._read(self._core.reads.read_until_close)
 
     def read_message(self, reader: MessageReader) -> Future[Any]:
         """Read one message with an incremental ``reader`` (such as
@@ -632,11 +639,11 @@ class ReadIntoIOStream(IOStream):
     @property
     def write_buffer_nbytes(self) -> int:
         """Bytes queued and not yet sent (0 once closed): for backpressure."""
-        return len(self._core.write_buffer)
+        return len(self._core.io.write_buffer)
 
     def writing(self) -> bool:
         """As stock: True while written bytes wait to be sent."""
-        return bool(self._core.write_buffer)
+        return bool(self._core.io.write_buffer)
 
     def write(self, data: Any) -> Future[None]:
         """Queue ``data`` and send what the socket takes now; the Future
@@ -746,9 +753,9 @@ class ReadIntoIOStream(IOStream):
         and ``read_until_close`` completes with them unless the stream closes
         for an error (a connection reset counts as a close)."""
         core = self._core
-        if core.cork_nbytes and not exc_info:
+        if core.io.cork_nbytes and not exc_info:
             self._uncork()
-        core.cork_nbytes = 0
+        core.io.cork_nbytes = 0
         if not self._closed:
             # Stock close(), with the core deciding what a pending read gets
             # (stock asks _find_read_pos and _finish_read).
@@ -765,7 +772,7 @@ class ReadIntoIOStream(IOStream):
             future = self._read_future
             if future is not None and future.cancelled():
                 self._read_future = None  # its done callback finds the stream closed
-            result = core.eof_received(error is None or self._is_connreset(error))
+            result = core.reads.eof_received(error is None or self._is_connreset(error))
             if result is not PENDING:
                 self._complete(result)
             if self._state is not None:
@@ -778,7 +785,7 @@ class ReadIntoIOStream(IOStream):
                 # same, the kernel may give the fd number to the next socket,
                 # and the pending read, the write Futures and the close
                 # callback must learn it.
-                core.socket_closed()
+                core.io.socket_closed()
                 self._signal_closed()
             return
         self._signal_closed()
@@ -788,7 +795,7 @@ class ReadIntoIOStream(IOStream):
         # The core says what the pending read fails with (IncompleteReadError
         # with counts, the reader's own error, or StreamClosedError), and gives
         # back a drained read-ahead buffer.
-        error = self._core.connection_lost(self.error)
+        error = self._core.reads.connection_lost(self.error)
         if error is not None and future is not None and not future.done():
             if type(future) is not _EagerReadFuture:
                 # The stream is closed already: the cancellation callback has
@@ -797,7 +804,7 @@ class ReadIntoIOStream(IOStream):
             future.set_exception(error)
             future.exception()  # retrieved: the caller gets it by awaiting
         # Release our views of the caller's buffers now.
-        self._core.write_buffer.clear()
+        self._core.io.write_buffer.clear()
         super()._signal_closed()
 
     def _handle_events(self, fd: Any, events: int) -> None:
@@ -846,13 +853,13 @@ class ReadIntoIOStream(IOStream):
                 self._handle_connect()
                 if self._closed:
                     return
-            core = self._core
+            reads = self._core.reads
             if events & _READ:
-                core.readable()
+                self._core.policy.data_ready()
                 self._readable()
                 if self._closed:
                     return
-                if events == _READ and (self._read_future is not None or core.buffered_nbytes < core.read_chunk_size):
+                if events == _READ and (self._read_future is not None or reads.buffered_nbytes < reads.read_chunk_size):
                     return  # READ was registered and stays: nothing to update
             if events & _WRITE:
                 self._writable()
@@ -874,7 +881,7 @@ class ReadIntoIOStream(IOStream):
         state = _ERROR
         # Unlike stock, keep READ while the read-ahead buffer has room, so
         # consecutive reads on a busy stream cost no epoll_ctl.
-        if self.reading() or core.buffered_nbytes < core.read_chunk_size:
+        if self.reading() or core.reads.buffered_nbytes < core.reads.read_chunk_size:
             state |= _READ
         if self.writing():
             state |= _WRITE
@@ -928,8 +935,8 @@ class ReadIntoIOStream(IOStream):
             or self._write_futures
             or self._connecting
             or self._closed
-            or core.buffered_nbytes
-            or core.write_buffer
+            or core.reads.buffered_nbytes
+            or core.io.write_buffer
         ):
             raise ValueError("IOStream is not idle; cannot convert to SSL")
         if ssl_options is None:
@@ -939,7 +946,7 @@ class ReadIntoIOStream(IOStream):
         self.socket = None  # type: ignore[assignment]
         # The socket now belongs to the TLS stream: closing this one later
         # must not touch it (stock raises AttributeError there).
-        core.detach_socket()
+        core.io.detach_socket()
         self._state = None
         sock = ssl_wrap_socket(
             sock,
@@ -1003,7 +1010,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             if self._ssl_accepting or self._closed:
                 return
             # Records may already sit decrypted in the SSL object.
-            self._core.proof.data_ready()
+            self._core.policy.proof.data_ready()
         ReadIntoIOStream._readable(self)
 
     def _writable(self) -> None:
@@ -1011,7 +1018,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             self._do_ssl_handshake()
             if self._ssl_accepting or self._closed:
                 return
-            self._core.proof.data_ready()
+            self._core.policy.proof.data_ready()
             if self._read_future is not None:
                 ReadIntoIOStream._readable(self)
                 if self._closed:
