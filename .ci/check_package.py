@@ -183,6 +183,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "benchmarks/__init__.py",
     ]
     wanted += ["setup.py", "tornado_readinto/_readcore.pxd", "tornado_readinto/_streamcore.pxd", "tornado_readinto/_facecore.pxd"]
+    wanted += ["tornado_readinto/_policy.pxd"]
     wanted += ["tornado_readinto/_bytecopy.pxd", "tornado_readinto/_cyshim.py"]
     wanted += ["tornado_readinto/_gilheld_native.pyx"]
     missing = [name for name in wanted if name not in names]

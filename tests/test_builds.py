@@ -51,6 +51,7 @@ BOTH_BUILDS = (
     "tests/test_tcp.py",
     "tests/test_eager.py",
     "tests/test_direct_read.py",
+    "tests/test_policy.py",
     "tests/test_handoffs.py",
     "tests/test_allocators.py",
     "tests_bench/test_bench_opcodes.py",

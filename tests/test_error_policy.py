@@ -21,7 +21,7 @@ def _calls(module_name):
 
 
 def test_error_policy_only_fail_closes_with_an_error():
-    for module in ("iostream", "_streamcore", "_readcore"):
+    for module in ("iostream", "_facecore", "_streamcore", "_readcore", "_policy"):
         closers = {
             name
             for name, callee, call in _calls(module)
@@ -32,7 +32,7 @@ def test_error_policy_only_fail_closes_with_an_error():
 
 
 def test_error_policy_only_fail_logs():
-    for module in ("iostream", "_streamcore", "_readcore"):
+    for module in ("iostream", "_facecore", "_streamcore", "_readcore", "_policy"):
         loggers = {name for name, callee, _ in _calls(module) if callee.startswith("gen_log.")}
         # _dispatch_events' warning about an event for a closed stream closes
         # nothing (the body of Tornado's _handle_events; ours wraps it).

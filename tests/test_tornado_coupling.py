@@ -31,7 +31,14 @@ HTTP_MODULES = ("tornado.web", "tornado.httpserver", "tornado.simple_httpclient"
 
 
 @pytest.mark.parametrize(
-    "module", ["tornado_readinto._readcore", "tornado_readinto._streamcore", "tornado_readinto.iostream"]
+    "module",
+    [
+        "tornado_readinto._readcore",
+        "tornado_readinto._policy",
+        "tornado_readinto._streamcore",
+        "tornado_readinto._facecore",
+        "tornado_readinto.iostream",
+    ],
 )
 def test_coupling_the_stream_imports_no_http_module(module):
     code = f"import sys, {module}; print(sorted(m for m in {HTTP_MODULES!r} if m in sys.modules))"

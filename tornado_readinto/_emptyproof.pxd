@@ -1,6 +1,6 @@
 # Declarations for compiling _emptyproof.py with Cython in pure-Python mode:
-# the same .py, typed by this file.  The core holds its EmptyProof in a typed
-# field, so every hook below is a C call.
+# the same .py, typed by this file.  The stream's policy holds its EmptyProof
+# in a typed field, so every hook below is a C call.
 
 cdef class EmptyProof:
     cdef readonly double valid_s              # how long a proof holds (0: never)

@@ -1,4 +1,4 @@
-"""The proof that a stream's socket is empty: one heuristic of the core,
+"""The proof that a stream's socket is empty: one heuristic of the stream,
 in one small object (`EmptyProof`).
 
 A read that finds no bytes read ahead would try a ``recv`` before parking;
@@ -18,12 +18,13 @@ full record).  The proof then holds while:
   ended short; the next receive or send confirms the socket is watched).
 
 Switched off (``valid_s=0``), the proof never holds, and every read tries
-the socket first.  The core keeps one `EmptyProof` per stream and tells it
-what happened through the hooks below; it holds no socket and makes no
+the socket first.  Each stream's policy
+(`tornado_readinto._policy.StreamPolicy`) keeps one `EmptyProof` and tells
+it what happened through the hooks below; it holds no socket and makes no
 syscall (`holds` reads the clock only when the rest already holds).
 
 The compiled build types this module with ``_emptyproof.pxd``: its fields
-are C fields, its hooks C calls from the core.
+are C fields, its hooks C calls from the policy.
 """
 
 from __future__ import annotations

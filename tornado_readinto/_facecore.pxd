@@ -5,7 +5,6 @@
 
 cimport cython
 
-from tornado_readinto._emptyproof cimport EmptyProof
 from tornado_readinto._policy cimport StreamPolicy
 from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto._streamcore cimport StreamCore
@@ -51,7 +50,7 @@ cdef class FaceCore:
     cpdef object on_read_done(self, object future)
     cpdef object on_read_cancelled(self, object future)
     cpdef bint read_would_wait(self) except -1
-    @cython.locals(io=StreamCore, proof=EmptyProof, left=bint, completed=bint)
+    @cython.locals(io=StreamCore, policy=StreamPolicy, left=bint, completed=bint)
     cpdef object readable_event(self)
     @cython.locals(io=StreamCore)
     cpdef object read_ready(self)

@@ -131,8 +131,6 @@ class FaceCore:
     settled in ``__init__``; the compiled build makes them read-only.
 
     .. versionadded:: 0.2
-    .. versionchanged:: 0.3
-       Holds its `StreamCore` (`io`) instead of extending it.
     """
 
     __slots__ = (
@@ -330,7 +328,7 @@ class FaceCore:
         registered = state is not None and state & _READ != 0
         try:
             if not self.policy.skip_receive(registered):
-                self.policy.proof.unconfirmed = False  # whatever this receive ends on shows it
+                self.policy.confirmed()  # whatever this receive ends on shows it
                 result = io.receive()
                 if result is not PENDING:
                     if result is EOF:
@@ -425,8 +423,8 @@ class FaceCore:
         send follows before the next read; none on asyncio's own loops,
         which never drop a socket."""
         io = self.io
-        proof = self.policy.proof
-        proof.unconfirmed = False  # (this event shows the socket is watched)
+        policy = self.policy
+        policy.confirmed()  # (this event shows the socket is watched)
         completed = False
         while True:
             try:
@@ -439,16 +437,16 @@ class FaceCore:
             except Exception as e:
                 self.fail(e, "event")
                 return
-            if result is EOF:
-                self.face.close(False)  # the pending read ends
-                return
             if result is not PENDING:
+                if result is EOF:
+                    self.face.close(False)  # the pending read ends
+                    return
                 self.complete(result)
                 completed = True
-            if not (self.drops_on_error and proof.short) or io.closed:
+            if not (self.drops_on_error and policy.ended_short()) or io.closed:
                 break
             if completed:  # its waiter reads next, or sends: that confirms
-                proof.unconfirmed = True
+                policy.unconfirm()
                 break
         if result is PENDING and self.read_future is not None and not io.closed:
             try:

@@ -1,6 +1,6 @@
 # Declarations for compiling _lowat.py with Cython in pure-Python mode: the
-# same .py, typed by this file.  The core holds its LowWaterMark in a typed
-# field, so its hooks are C calls.
+# same .py, typed by this file.  The stream's policy holds its LowWaterMark in
+# a typed field, so its hooks are C calls.
 
 cpdef bint lowat_applies(object sock) except -1
 

@@ -1,4 +1,4 @@
-"""The receive low-water mark of a large wait: one heuristic of the core, in
+"""The receive low-water mark of a large wait: one heuristic of the stream, in
 one small object (`LowWaterMark`).
 
 A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
@@ -14,9 +14,10 @@ byte).  Plain TCP sockets on Linux 4.18+ only (`lowat_applies`); a
 import) turns them off for every stream of the process, for A/B
 measurements (a worker process inherits it).
 
-The core keeps one `LowWaterMark` per stream and calls it where a read
-parks (`wait`) and where a read completes (`reset`).  The compiled build
-types this module with ``_lowat.pxd``: its hooks are C calls from the core.
+Each stream's policy (`tornado_readinto._policy.StreamPolicy`) keeps one
+`LowWaterMark` and calls it where a read parks (`wait`) and where a read
+completes (`reset`).  The compiled build types this module with
+``_lowat.pxd``: its hooks are C calls from the policy.
 """
 
 from __future__ import annotations

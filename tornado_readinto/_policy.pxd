@@ -18,10 +18,13 @@ cdef class StreamPolicy:
     cpdef object receiving(self)
     cpdef object drained(self, bint short)
     cpdef object ended(self)
+    cpdef bint ended_short(self) except -1
+    cpdef object unconfirm(self)
     cpdef bint keep_receiving(self) except -1
     cpdef object read_done(self)
     cpdef object parked(self, Py_ssize_t wait_nbytes)
     cpdef object data_ready(self)
+    cpdef object may_have_data(self)
     cpdef object wrote(self)
     cpdef object confirmed(self)
     cpdef bint eager_future(self) except -1

@@ -3,13 +3,15 @@
 few named hooks.
 
 The stream's mechanism (`tornado_readinto._streamcore.StreamCore`: the
-receive loop and the write queue) decides nothing by itself.  It tells this
-object what happened and asks it what to do, and it is the only object that
-knows about:
+receive loop and the write queue) and the face's per-message half
+(`tornado_readinto._facecore.FaceCore`) decide nothing by themselves: they
+tell this object what happened and ask it what to do through the hooks
+named below, and neither reads or sets a heuristic's state.  It holds:
 
 * the proof that the socket is empty (`tornado_readinto._emptyproof.EmptyProof`):
   `skip_receive`, `receiving`, `drained`, `ended`, `keep_receiving`,
-  `data_ready`, `wrote`, `confirmed`;
+  `ended_short`, `unconfirm`, `data_ready`, `may_have_data`, `wrote`,
+  `confirmed`;
 * the receive low-water mark of large waits
   (`tornado_readinto._lowat.LowWaterMark`): `parked`, `read_done`;
 * busy polling (`tornado_readinto.busypoll.BusyPoll`): `parked`,
@@ -64,8 +66,6 @@ class StreamPolicy:
     :arg cork_max_nbytes: the most bytes of small replies held back while
         more input is read ahead (0: no cork).
     :raises ValueError: a negative ``empty_proof_s``.
-
-    .. versionadded:: 0.3
     """
 
     __slots__ = ("proof", "lowat", "busy_poll", "eager", "eager_contended", "cork_max_nbytes")
@@ -114,6 +114,17 @@ class StreamPolicy:
         """The peer closed."""
         self.proof.ended()
 
+    def ended_short(self) -> bool:
+        """The last receive ended on a short ``recv`` that proved the socket
+        empty (not on EAGAIN, EOF or an error)."""
+        return self.proof.short
+
+    def unconfirm(self) -> None:
+        """A READ event on a loop that may stop watching a socket after an
+        error event ended on a short ``recv``: the proof is not used until a
+        receive or a send confirms the socket is still watched."""
+        self.proof.unconfirmed = True
+
     def keep_receiving(self) -> bool:
         """A receive that left the pending read waiting: True unless the
         socket was just proved empty (then the read parks)."""
@@ -145,6 +156,11 @@ class StreamPolicy:
         poll = self.busy_poll
         if poll is not None and poll.parked_at:
             poll.data_came(perf_counter())
+
+    def may_have_data(self) -> None:
+        """Decrypted bytes may sit in the TLS object (its handshake just
+        ended): the next read tries the socket."""
+        self.proof.data_ready()
 
     # -- the send ----------------------------------------------------------------
 

@@ -91,6 +91,7 @@ cdef class StreamCore:
     # Incoming flow.
     @cython.locals(reads=ReadCore, reading=bint, requested=Py_ssize_t, policy=StreamPolicy)
     cpdef object receive(self)
+    @cython.locals(left=bint)
     cpdef bint park(self) except -1
     # Outgoing flow.
     @cython.locals(sent=Py_ssize_t, total=Py_ssize_t, queued=Py_ssize_t)

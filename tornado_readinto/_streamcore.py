@@ -206,10 +206,6 @@ class StreamCore:
     the read core's (`reads`).
 
     .. versionadded:: 0.1
-    .. versionchanged:: 0.3
-       Holds its `ReadCore` and its `StreamPolicy` instead of extending the
-       one and spreading the other over fields; raises `CoreFailure` and
-       returns `EOF` instead of calling its owner.
     """
 
     __slots__ = (
@@ -410,7 +406,8 @@ class StreamCore:
         straight from the caller's objects; only what the kernel did not
         take is queued (large buffers by reference, small ones copied).
         While bytes of further input are read ahead, small buffers (each
-        under 8 KiB, up to `CORK_MAX_NBYTES` in all) are copied and held.
+        under 8 KiB, up to the policy's ``cork_max_nbytes`` in all) are copied
+        and held.
 
         :arg connecting: the stream is still connecting (queue only).
         :arg max_write_nbytes: Tornado's ``max_write_buffer_size`` (None: no

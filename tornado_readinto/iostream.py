@@ -7,15 +7,17 @@ Strategy:
   ``recv`` attempt (EAGAIN ones included), appends what arrived to
   ``_read_buffer`` and then slices a ``bytes`` copy out for the caller: three
   copies of every byte and a 64 KiB memset per syscall.
-* Here one object owns the stream's per-message state and its socket I/O:
-  `tornado_readinto._facecore.FaceCore` (the read's Future, Tornado's
-  ``_state``/``_closed``/``_read_future``, the write Futures; over
-  `tornado_readinto._streamcore.StreamCore`: the read core with the shape of
-  an ``asyncio.BufferedProtocol``, the receive, the write queue and the
-  cork).  This module is its thin Tornado face: each hot method is one call
-  into the core; the face keeps the event-loop registration, ``close``,
-  ``start_tls`` and the error policy, and Tornado's attributes are
-  properties over the core's fields.
+* This module is the thin Tornado face over small objects that hold one
+  another: `tornado_readinto._facecore.FaceCore`, the face's per-message
+  half (the read's Future, Tornado's ``_state``/``_read_future``, the write
+  Futures), over `tornado_readinto._streamcore.StreamCore`, the mechanism
+  (the receive loop, the write queue and the cork), which holds the read
+  state (`tornado_readinto._readcore.ReadCore`, the shape of an
+  ``asyncio.BufferedProtocol``), the socket calls and one policy object
+  with every heuristic (`tornado_readinto._policy.StreamPolicy`).  Each hot
+  method of the face is one call into its ``FaceCore``; the face keeps the
+  event-loop registration, ``close``, ``start_tls`` and the error policy,
+  and Tornado's attributes are properties over those objects' fields.
 * Every read goes one way (`FaceCore.started`): the core starts it and
   returns its result when the bytes read ahead complete it (a resolved
   Future, no syscall); else the read gets its Future, and either parks at
@@ -1010,7 +1012,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             if self._ssl_accepting or self._closed:
                 return
             # Records may already sit decrypted in the SSL object.
-            self._core.policy.proof.data_ready()
+            self._core.policy.may_have_data()
         ReadIntoIOStream._readable(self)
 
     def _writable(self) -> None:
@@ -1018,7 +1020,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
             self._do_ssl_handshake()
             if self._ssl_accepting or self._closed:
                 return
-            self._core.policy.proof.data_ready()
+            self._core.policy.may_have_data()
             if self._read_future is not None:
                 ReadIntoIOStream._readable(self)
                 if self._closed:
