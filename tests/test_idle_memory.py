@@ -240,3 +240,31 @@ def test_streams_holding_small_messages_at_once_share_pool_buffers(loop_name):
                 stream.close()
 
     run(main(), loop=loop_name)
+
+
+def test_writes_sent_at_once_share_the_loops_one_resolved_future():
+    """No stream holds a resolved Future of its own for its writes: every
+    write sent at once, on any stream of the loop, returns the loop's one,
+    which goes with the loop's last stream."""
+    import gc
+
+    from tornado_readinto import _facecore
+    from tornado_readinto.testing import stream_pair
+
+    async def main():
+        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(3)]
+        try:
+            futures = [server.write(b"x") for server, _ in pairs] + [client.write(b"y") for _, client in pairs]
+            assert all(f.done() and f.result() is None for f in futures)
+            assert len({id(f) for f in futures}) == 1
+            for server, client in pairs:
+                assert await client.read_bytes(1) == b"x" and await server.read_bytes(1) == b"y"
+            return id(asyncio.get_running_loop())
+        finally:
+            for server, client in pairs:
+                server.close()
+                client.close()
+
+    loop_id = run(main())
+    gc.collect()
+    assert loop_id not in _facecore._RESOLVED  # gone with the streams (and the loop)

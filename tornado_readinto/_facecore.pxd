@@ -17,7 +17,6 @@ cdef class FaceCore:
     cdef readonly StreamCore io               # the mechanism: receive loop and write queue
     cdef readonly ReadCore reads              # io.reads: the read state
     cdef readonly StreamPolicy policy         # io.policy: the heuristics
-    cdef readonly object fail                 # the face's error policy: fail(error, where) -> bool
     cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
     cdef readonly bint drops_on_error         # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --
@@ -30,7 +29,7 @@ cdef class FaceCore:
     cdef public bint in_events                # a readiness callback of the stream runs
     cdef public object woken                  # (future, callbacks) to run as it returns, or None
     # -- Futures --
-    cdef public object sent_future            # the resolved Future of writes sent at once, or None
+    cdef readonly object sent_future          # the loop's resolved Future of writes sent at once (shared)
     cdef public object filled_future          # the resolved Future of the last read_into filled at once
     cdef public Py_ssize_t filled_nbytes      # ...and its count (-1: none)
     cdef public object done_cb                # on_read_done, bound once

@@ -41,6 +41,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,27 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     __slots__ = ("_stream",)
 
 
+#: Each loop's resolved Future of writes sent at once, by ``id(loop)``: held
+#: by its streams, and gone with the last of them (the Future keeps its loop
+#: alive, so the id cannot be another loop's while the entry exists).
+_RESOLVED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def resolved_future(loop: Any) -> Any:
+    """The Future, already resolved to None, that the streams of ``loop``
+    return for every write sent (or corked) at once: one per loop, not one
+    per stream (an idle stream holds none of its own).  Awaiting it, or
+    adding a done callback (which runs on the loop's next iteration), works
+    as with any done Future."""
+    key = id(loop)
+    future = _RESOLVED.get(key)
+    if future is None or future.get_loop() is not loop:
+        future = Future(loop=loop)
+        future.set_result(None)
+        _RESOLVED[key] = future
+    return future
+
+
 def _retrieve(future: Future[Any]) -> None:
     """Mark a Future's exception retrieved (its read raised to the caller)."""
     if not future.cancelled():
@@ -139,7 +161,6 @@ class FaceCore:
         "io",
         "reads",
         "policy",
-        "fail",
         "plain_events",
         "drops_on_error",
         "read_future",
@@ -176,9 +197,6 @@ class FaceCore:
         #: away instead of two).
         self.reads = io.reads
         self.policy = io.policy
-        #: The face's error policy, ``fail(error, where)``: logs, records
-        #: the error and closes the stream; True when the caller must raise.
-        self.fail: Any = face._fail
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
         self.plain_events = plain_events
@@ -198,8 +216,9 @@ class FaceCore:
         #: ``(future, callbacks)`` that the readiness callback runs as it
         #: returns (an eager read it completed), or None.
         self.woken: Any = None
-        #: The resolved Future that writes sent at once share (made on first use).
-        self.sent_future: Any = None
+        #: The resolved Future that writes sent at once return: the loop's
+        #: one (`resolved_future`), shared by its streams.
+        self.sent_future: Any = resolved_future(loop)
         #: The resolved Future of the last ``read_into`` that the bytes read
         #: ahead filled, and its byte count (-1: none).
         self.filled_future: Any = None
@@ -343,9 +362,9 @@ class FaceCore:
             if not registered:
                 self.face._add_io_state(_READ)
         except CoreFailure as e:
-            self.fail(e.error, e.where)
+            self.face._fail(e.error, e.where)
         except Exception as e:
-            if self.fail(e, "read"):
+            if self.face._fail(e, "read"):
                 future.add_done_callback(_retrieve)
                 raise
         return future
@@ -395,7 +414,7 @@ class FaceCore:
             self.read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
             self.reads.discard()
-            self.fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
+            self.face._fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
@@ -432,10 +451,10 @@ class FaceCore:
             except UnsatisfiableReadError:
                 raise  # the event handler's policy
             except CoreFailure as e:
-                self.fail(e.error, e.where)
+                self.face._fail(e.error, e.where)
                 return
             except Exception as e:
-                self.fail(e, "event")
+                self.face._fail(e, "event")
                 return
             if result is not PENDING:
                 if result is EOF:
@@ -452,7 +471,7 @@ class FaceCore:
             try:
                 left = io.park()
             except CoreFailure as e:
-                self.fail(e.error, e.where)
+                self.face._fail(e.error, e.where)
                 return
             if left:
                 self.face._add_io_state(_WRITE)
@@ -475,7 +494,7 @@ class FaceCore:
             if not io.closed and self.read_future is None and self.reads.buffered_nbytes >= self.reads.read_chunk_size:
                 face._update_state()  # the read-ahead is full: READ goes
         except Exception as e:
-            if self.fail(e, "events"):
+            if self.face._fail(e, "events"):
                 raise
         finally:
             self.end_events()
@@ -499,16 +518,12 @@ class FaceCore:
         connecting = self.connecting
         status = io.writelines(buffers, connecting, self.max_write_nbytes)
         if status <= CORKED:
-            # Sent at once, or corked: the stream's one resolved Future.
+            # Sent at once, or corked: the loop's one resolved Future.
             if status:
                 self.loop.call_soon(self.face._uncork)
-            future = self.sent_future
-            if future is None:
-                future = self.sent_future = Future(loop=self.loop)
-                future.set_result(None)
             self.listen_if_idle()
-            return future
-        future = Future(loop=self.loop)
+            return self.sent_future
+        future: Any = Future(loop=self.loop)
         futures = self.write_futures
         if futures is None:
             futures = self.write_futures = deque()
@@ -531,7 +546,7 @@ class FaceCore:
         try:
             self.io.send_queued()
         except CoreFailure as e:
-            self.fail(e.error, e.where)
+            self.face._fail(e.error, e.where)
         done_index = self.io.done_index
         futures = self.write_futures
         if futures is None:
@@ -547,5 +562,5 @@ class FaceCore:
         try:
             return self.io.uncork()
         except CoreFailure as e:
-            self.fail(e.error, e.where)
+            self.face._fail(e.error, e.where)
             return False

@@ -676,8 +676,8 @@ class ReadIntoIOStream(IOStream):
         the caller's objects: nothing is copied or queued unless the kernel
         takes only part of them, and when it takes them all the returned
         Future is already resolved: the same Future for every such write of
-        the stream, so that none is made (a write that has to wait gets a
-        Future of its own).
+        every stream of the event loop, so that none is made (a write that
+        has to wait gets a Future of its own).
 
         Cork: while bytes of further input are already read ahead (pipelined
         requests), a write of small buffers (each under 8 KiB, up to
