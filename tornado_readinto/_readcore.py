@@ -98,19 +98,24 @@ DEFAULT_MAX_BUFFER_SIZE: Final = 104857600  # bytes (100 MB)
 DEFAULT_READ_CHUNK_SIZE: Final = 64 * 1024  # bytes
 
 
-class _PendingType(enum.Enum):
+class _Sentinel(enum.Enum):
     # An enum member is the sentinel idiom type checkers understand.
     PENDING = "PENDING"
+    EOF = "EOF"
 
     def __repr__(self) -> str:
-        return "PENDING"
+        return self.name
 
     __str__ = __repr__
 
 
 #: Returned by the methods of `ReadCore` when the pending read is not
 #: complete yet (compare with ``is``: a read's result may be falsy).
-PENDING: Final = _PendingType.PENDING
+PENDING: Final = _Sentinel.PENDING
+
+#: Returned by `tornado_readinto._streamcore.StreamCore.receive` when the
+#: peer closed: the stream's owner closes it (which ends a pending read).
+EOF: Final = _Sentinel.EOF
 
 # Read modes (the pending read's kind).
 _IDLE: Final = 0

@@ -42,7 +42,6 @@ Strategy:
 
 from __future__ import annotations
 
-import enum
 import operator
 import os
 import socket
@@ -57,6 +56,7 @@ from ._readcore import (
     DEFAULT_MAX_BUFFER_SIZE,
     DEFAULT_READ_CHUNK_SIZE,
     DIRECT_READ_MIN_NBYTES,
+    EOF,
     PENDING,
     ReadCore,
 )
@@ -117,20 +117,6 @@ SEND: Final = 2
 #: Queued behind a full socket buffer or a connect: the face makes the
 #: write's Future and waits for WRITE.
 QUEUED: Final = 3
-
-class _EofType(enum.Enum):
-    # An enum member is the sentinel idiom type checkers understand.
-    EOF = "EOF"
-
-    def __repr__(self) -> str:
-        return "EOF"
-
-    __str__ = __repr__
-
-
-#: Returned by `StreamCore.receive` when the peer closed: the owner closes
-#: the stream (which ends a pending read).
-EOF: Final = _EofType.EOF
 
 #: Up to this many buffers, `_total_nbytes` sums them one by one.
 _FEW_BUFFERS: Final = 8
