@@ -244,7 +244,7 @@ def test_a_failed_send_of_the_cork_as_a_read_parks_closes_the_stream(stream_cloc
             # event must not see the reset first).
             client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             client.socket.close()
-            time.sleep(0.05)
+            wait_readable_eof(server.socket)  # the reset arrived (nothing reads it yet)
             assert server._core.io.cork_nbytes == 0
             server.write(b"ok")  # corked: more input is read ahead
             assert server._core.io.cork_nbytes == 2
@@ -270,7 +270,7 @@ def test_a_failed_send_of_the_cork_on_close_records_the_error(stream_clock):
             assert await first == b"aaaa"
             client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             client.socket.close()
-            time.sleep(0.05)
+            wait_readable_eof(server.socket)  # the reset arrived (nothing reads it yet)
             server.write(b"ok")  # corked
             server.close()  # sends what the cork holds first: that fails
             assert server.closed()

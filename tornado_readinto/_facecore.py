@@ -109,7 +109,7 @@ def resolved_future(loop: Any) -> Any:
     as with any done Future."""
     key = id(loop)
     future = _RESOLVED.get(key)
-    if future is None or future.get_loop() is not loop:
+    if future is None:
         future = Future(loop=loop)
         future.set_result(None)
         _RESOLVED[key] = future

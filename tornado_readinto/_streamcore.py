@@ -314,6 +314,7 @@ class StreamCore:
         policy = self.policy
         policy.receiving()
         self.wait_nbytes = 0
+        received = None
         while not self.closed:
             try:
                 view = reads.get_buffer()
@@ -333,9 +334,7 @@ class StreamCore:
                 break
             if not received:
                 policy.ended()
-                if not reads.buffered_nbytes and reads._ra is not None:
-                    reads._release_read_ahead()
-                return EOF  # the owner closes: a pending read ends
+                break
             if received < requested and (self.short_read_drains or received < self.tls_record_nbytes):
                 policy.drained(True)
             self.nbytes_received += received
@@ -356,7 +355,9 @@ class StreamCore:
             if not policy.keep_receiving():
                 break
         if not reads.buffered_nbytes and reads._ra is not None:
-            reads._release_read_ahead()  # (EAGAIN: an idle stream holds no storage)
+            reads._release_read_ahead()  # (EAGAIN or EOF: an idle stream holds no storage)
+        if received == 0:
+            return EOF  # the peer closed: the owner closes (a pending read ends)
         if self.closed or not reading:
             return PENDING
         # The read waits (EAGAIN or a short receive): what is left of its own
