@@ -17,6 +17,11 @@ Kinds: ``stock`` (Tornado's ``IOStream``, ``read_bytes(16)`` +
 ``read_bytes(n)``), ``asyncio`` (asyncio Streams, ``readexactly``),
 ``readinto`` (`ReadIntoIOStream`, ``read_bytes(16)`` + ``read_into``),
 ``framed`` (`FramedStream`, ``read_frames``/``write_frames``).
+
+The table also counts the objects the cyclic garbage collector tracks
+(``len(gc.get_objects())``) per idle connection: every full collection
+visits each of them, so at thousands of connections they set what a full
+collection costs.
 """
 
 from __future__ import annotations
@@ -136,7 +141,7 @@ async def serve(kind: str, loop_name: str) -> None:
         line = await lines.readline()
         if not line:
             return
-        print(rss_bytes(), served[0], flush=True)
+        print(rss_bytes(), served[0], len(gc.get_objects()), flush=True)
 
 
 def server_main(kind: str, loop_name: str) -> None:
@@ -197,6 +202,8 @@ class IdleSuite(h.TableSuite[str, Result]):
         h.metric("RSS before KiB", "rss_before", kib, spread=False),
         h.metric("RSS after KiB", "rss_after", kib, spread=False),
         h.metric("KiB per idle conn", "per_connection", kib, spread=False),
+        h.metric("GC objects per conn", "gc_objects_per_connection", lambda v: "-" if v is None else f"{v:.1f}",
+                 spread=False),
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -223,7 +230,8 @@ class IdleSuite(h.TableSuite[str, Result]):
     def legend(self, nrepeats: int) -> str:
         return (
             "Server RSS (VmRSS after gc.collect()) before the connections and with all of them idle, each\n"
-            f"having echoed one {PAYLOAD_NBYTES}-byte framed message; per connection: the difference / connections."
+            f"having echoed one {PAYLOAD_NBYTES}-byte framed message; per connection: the difference / connections.\n"
+            "GC objects per conn: objects the cyclic GC tracks (len(gc.get_objects())), the same difference."
         )
 
     def run_case(self, case: str, args: argparse.Namespace, round_index: int) -> Sequence[Result]:
@@ -244,25 +252,30 @@ class IdleSuite(h.TableSuite[str, Result]):
         assert server.stdin is not None and server.stdout is not None
         socks: list[socket.socket] = []
 
-        def ask() -> tuple[int, int]:
+        def ask() -> tuple[int, int, int]:
             server.stdin.write("rss\n")  # type: ignore[union-attr]
             server.stdin.flush()  # type: ignore[union-attr]
-            rss, served = server.stdout.readline().split()  # type: ignore[union-attr]
-            return int(rss), int(served)
+            rss, served, objects = server.stdout.readline().split()  # type: ignore[union-attr]
+            return int(rss), int(served), int(objects)
 
         try:
             port = int(server.stdout.readline())
             for index in range(WARMUP_CONNECTIONS):
                 connect_and_echo(port, index).close()
-            before, _ = ask()
+            before, _, objects_before = ask()
             for index in range(args.connections):
                 socks.append(connect_and_echo(port, index))
-            after, served = ask()
+            after, served, objects_after = ask()
             expected = WARMUP_CONNECTIONS + args.connections
             if served != expected:
                 raise RuntimeError(f"the server echoed {served} messages, expected {expected}")
             result.repeats.append(
-                {"rss_before": before, "rss_after": after, "per_connection": (after - before) / args.connections}
+                {
+                    "rss_before": before,
+                    "rss_after": after,
+                    "per_connection": (after - before) / args.connections,
+                    "gc_objects_per_connection": (objects_after - objects_before) / args.connections,
+                }
             )
         except Exception as e:  # noqa: BLE001 (the case fails, the run goes on)
             result.error = f"{type(e).__name__}: {e}"

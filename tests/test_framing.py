@@ -696,6 +696,24 @@ def test_reader_frames_are_separate_buffers() -> None:
     assert msg[0].obj is not msg[1].obj
 
 
+def test_reader_frames_are_the_allocators_own_memoryviews_when_they_fit() -> None:
+    """A writable 1-D ``'B'`` memoryview of the exact size (what `BufferPool`
+    returns) is the frame itself: no second view object per frame.  One that
+    does not fit is viewed as before (cast, cut to size)."""
+    views: list[memoryview] = []
+
+    def allocator(nbytes: int) -> memoryview:
+        views.append(memoryview(bytearray(nbytes + len(views))))  # the second is one byte too large
+        return views[-1]
+
+    reader = FrameReader(allocator)
+    reader.feed(encode([b"ab", b"cd"]))
+    msg = reader.next_message()
+    assert msg is not NEED_DATA
+    assert msg[0] is views[0]
+    assert msg[1] is not views[1] and msg[1].obj is views[1].obj and bytes(msg[1]) == b"cd"
+
+
 def test_reader_accepts_typed_and_oversized_buffers() -> None:
     reader = FrameReader(lambda n: np.empty((n + 15) // 8, dtype=np.float64))
     reader.feed(encode([b"0123456789", b"x"]))

@@ -267,4 +267,42 @@ def test_writes_sent_at_once_share_the_loops_one_resolved_future():
 
     loop_id = run(main())
     gc.collect()
-    assert loop_id not in _facecore._RESOLVED  # gone with the streams (and the loop)
+    assert loop_id not in _facecore._SHARED  # gone with the streams (and the loop)
+
+
+def test_a_parked_read_copies_no_context_and_an_idle_frame_reader_holds_no_list():
+    """What waits with a parked read is visited by every full collection of
+    the cyclic GC (docs/internals.rst, "Who owns what"): on uvloop, where a
+    parked read gets a plain Future, its cancellation callback runs in the
+    loop's one shared Context (none copied per read), and a `FrameReader`
+    between messages holds no list of frames."""
+    import gc
+
+    from tornado_readinto import _facecore
+    from tornado_readinto.testing import stream_pair
+
+    async def main():
+        shared = _facecore.loop_shared(asyncio.get_running_loop()).context
+        pairs = [await stream_pair(ReadIntoIOStream) for _ in range(3)]
+        try:
+            framed = FramedStream(pairs[0][0])
+            await pairs[0][1].write(message(0, 0))
+            frames = await framed.read_frames()
+            assert bytes(frames[0]) == message(0, 0)[16:]
+            reader = framed._reader
+            assert not [o for o in gc.get_referents(reader) if type(o) is list]
+            futures = [framed.read_frames()] + [server.read_into(bytearray(4)) for server, _ in pairs[1:]]
+            for future in futures:
+                assert type(future) is asyncio.Future and not future.done()
+                assert [context for _, context in future._callbacks] == [shared]
+            assert not [o for o in gc.get_referents(reader) if type(o) is list]
+        finally:
+            for _, client in pairs:
+                client.close()
+        for future in futures:
+            with pytest.raises(StreamClosedError):
+                await future
+        for server, _ in pairs:
+            server.close()
+
+    run(main(), loop="uvloop")

@@ -10,6 +10,12 @@ from tornado_readinto._readcore cimport ReadCore
 from tornado_readinto._streamcore cimport StreamCore
 
 
+cdef class LoopShared:
+    cdef readonly object resolved             # the resolved Future of writes sent at once
+    cdef readonly object context              # the empty Context of on_read_done
+    cdef object __weakref__
+
+
 cdef class FaceCore:
     # -- settled in __init__ --
     cdef readonly object face                 # the ReadIntoIOStream
@@ -29,7 +35,7 @@ cdef class FaceCore:
     cdef public bint in_events                # a readiness callback of the stream runs
     cdef public object woken                  # (future, callbacks) to run as it returns, or None
     # -- Futures --
-    cdef readonly object sent_future          # the loop's resolved Future of writes sent at once (shared)
+    cdef readonly LoopShared shared           # the loop's: the resolved Future of writes sent at once...
     cdef public object filled_future          # the resolved Future of the last read_into filled at once
     cdef public Py_ssize_t filled_nbytes      # ...and its count (-1: none)
     cdef public object done_cb                # on_read_done, bound once

@@ -41,6 +41,7 @@ Strategy:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -95,25 +96,44 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     __slots__ = ("_stream",)
 
 
-#: Each loop's resolved Future of writes sent at once, by ``id(loop)``: held
-#: by its streams, and gone with the last of them (the Future keeps its loop
-#: alive, so the id cannot be another loop's while the entry exists).
-_RESOLVED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+class LoopShared:
+    """What the streams of one loop share (`loop_shared`): an idle stream
+    holds none of it on its own.
+
+    * ``resolved``: the Future, already resolved to None, that the streams
+      return for every write sent (or corked) at once.  Awaiting it, or adding
+      a done callback (which runs on the loop's next iteration), works as with
+      any done Future.
+    * ``context``: the ``contextvars.Context`` (empty) that a parked read's
+      cancellation callback (`FaceCore.on_read_done`) runs in.  Given to
+      ``add_done_callback``, it spares the Future a copy of the caller's
+      context per read (``add_done_callback`` without one makes a new
+      ``Context``, an object the cyclic GC tracks, that lives as long as the
+      read waits).  The loop runs its callbacks one at a time, in its own
+      thread, so they never enter it twice at once.
+    """
+
+    __slots__ = ("resolved", "context", "__weakref__")
+
+    def __init__(self, loop: Any) -> None:
+        self.resolved: Any = Future(loop=loop)
+        self.resolved.set_result(None)
+        self.context: Any = contextvars.Context()
 
 
-def resolved_future(loop: Any) -> Any:
-    """The Future, already resolved to None, that the streams of ``loop``
-    return for every write sent (or corked) at once: one per loop, not one
-    per stream (an idle stream holds none of its own).  Awaiting it, or
-    adding a done callback (which runs on the loop's next iteration), works
-    as with any done Future."""
+#: Each loop's `LoopShared`, by ``id(loop)``: held by its streams, and gone
+#: with the last of them (its Future keeps the loop alive, so the id cannot
+#: be another loop's while the entry exists).
+_SHARED: weakref.WeakValueDictionary[int, LoopShared] = weakref.WeakValueDictionary()
+
+
+def loop_shared(loop: Any) -> LoopShared:
+    """The `LoopShared` of ``loop``: one per loop, made by its first stream."""
     key = id(loop)
-    future = _RESOLVED.get(key)
-    if future is None:
-        future = Future(loop=loop)
-        future.set_result(None)
-        _RESOLVED[key] = future
-    return future
+    shared = _SHARED.get(key)
+    if shared is None:
+        shared = _SHARED[key] = LoopShared(loop)
+    return shared
 
 
 def _retrieve(future: Future[Any]) -> None:
@@ -168,7 +188,7 @@ class FaceCore:
         "connecting",
         "in_events",
         "woken",
-        "sent_future",
+        "shared",
         "filled_future",
         "filled_nbytes",
         "write_futures",
@@ -216,9 +236,9 @@ class FaceCore:
         #: ``(future, callbacks)`` that the readiness callback runs as it
         #: returns (an eager read it completed), or None.
         self.woken: Any = None
-        #: The resolved Future that writes sent at once return: the loop's
-        #: one (`resolved_future`), shared by its streams.
-        self.sent_future: Any = resolved_future(loop)
+        #: What the loop's streams share: the resolved Future that writes
+        #: sent at once return, the context of the cancellation callback.
+        self.shared = loop_shared(loop)
         #: The resolved Future of the last ``read_into`` that the bytes read
         #: ahead filled, and its byte count (-1: none).
         self.filled_future: Any = None
@@ -334,7 +354,7 @@ class FaceCore:
             # await).  Its cancellation reaches the stream through a done
             # callback, which complete() removes.
             future = Future(loop=self.loop)
-            future.add_done_callback(self.done_cb)
+            future.add_done_callback(self.done_cb, context=self.shared.context)
         self.read_future = future
         if io.closed:
             # Nothing more will come: raise, as stock does (its Future stays
@@ -522,7 +542,7 @@ class FaceCore:
             if status:
                 self.loop.call_soon(self.face._uncork)
             self.listen_if_idle()
-            return self.sent_future
+            return self.shared.resolved
         future: Any = Future(loop=self.loop)
         futures = self.write_futures
         if futures is None:

@@ -147,7 +147,7 @@ cdef class FrameReader:
     cdef object _prefix                       # the P field (an int from the wire: checked, never a size)
     cdef object _lengths_view                 # where split lengths are copied, or None
     cdef tuple _lengths                       # the frame sizes (ints), () until they arrive
-    cdef list _frames                         # memoryviews of the frames allocated so far
+    cdef list _frames                         # memoryviews of the frames allocated so far (None before the lengths)
     cdef Py_ssize_t _frame_index              # the frame being filled (nframes once DONE)
     cdef Py_ssize_t _frame_filled             # bytes of that frame received
     cdef object _expected                     # the message's size as far as known (an int: from the wire)

@@ -479,7 +479,9 @@ class FrameReader:
         self._prefix = 0  # the P field (nosplit_prefix), an int from the wire
         self._lengths_view: memoryview | None = None
         self._lengths: tuple[int, ...] = ()
-        self._frames: list[memoryview] = []
+        # the frames, made when the lengths are known: an idle reader holds
+        # no list (one object less for the cyclic GC per waiting stream)
+        self._frames: list[memoryview] = None  # type: ignore[assignment]
         # index of the frame being filled, and its bytes received so far
         self._frame_index = 0
         self._frame_filled = 0
@@ -806,7 +808,7 @@ class FrameReader:
         self._lengths = lengths
         self._expected = message_nbytes
         self._stage = _FRAMES
-        frames = self._frames
+        frames = self._frames = []
         pos = header_nbytes
         for index, nbytes in enumerate(lengths):
             if nbytes:
@@ -902,6 +904,7 @@ class FrameReader:
         if nframes == 0:
             if self._prefix_nbytes and self._prefix != COUNT_NBYTES:
                 raise self._poison(_prefix_error(self._prefix, 0))
+            self._frames = []
             self._stage = _DONE
         else:
             self._stage = _LENGTHS
@@ -921,6 +924,7 @@ class FrameReader:
         self._lengths_view = None  # drop a large lengths buffer right away
         self._header_filled = 0
         self._expected += total
+        self._frames = []
         self._stage = _FRAMES
         self._frame_index = 0
         self._frame_filled = 0
@@ -969,7 +973,9 @@ class FrameReader:
             buf = self._allocator(nbytes)
             if type(buf) is bytearray and len(buf) == nbytes:
                 return memoryview(buf)  # writable, 'B', contiguous, the size asked
-            view = memoryview(buf)
+            # An allocator's own memoryview is the frame when it fits (a
+            # `BufferPool`'s does): a view of it would be one more object.
+            view = buf if type(buf) is memoryview else memoryview(buf)
             if view.readonly:
                 raise ValueError("the allocator returned a read-only buffer")
             if view.format != "B" or view.ndim != 1:
