@@ -287,6 +287,14 @@ def idle_kib(file: str, kind: str) -> Callable[[Results], Figure]:
     return get
 
 
+def idle_objects(file: str, kind: str) -> Callable[[Results], Figure]:
+    """Objects the cyclic GC tracks per idle connection (``idle-10k.json``)."""
+    def get(res: Results) -> Figure:
+        v = values(pick(res.json(file), kind=kind), "gc_objects_per_connection")
+        return Figure(statistics.median(v), None, file, "")
+    return get
+
+
 LOAD = "load-hotpath.json"
 TLS = "load-tls.json"
 TENK = "load-10k.json"
@@ -294,6 +302,8 @@ IDLE = "idle-10k.json"
 NETPATH = "echo-netpath.json"
 SWITCH = "dask-switch.json"
 LOOPS = ("asyncio", "uvloop")
+#: The servers of the 10,000-connection table, asyncio Streams (the reference) last.
+TENK_SERVERS = ("readinto", "framed", "framed-pool", "asyncio-streams")
 
 #: Every named figure: name -> how to get it from the result files.
 FIGURES: dict[str, Callable[[Results], Figure]] = {
@@ -328,10 +338,11 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for server in ("readinto", "framed-pool", "asyncio-streams") for loop in LOOPS},
     # 10,000 connections
     **{f"10k.{server}.{loop}.msgs": load_value(TENK, server, loop, "msgs_per_s", "")
-       for server in ("readinto", "framed-pool", "asyncio-streams") for loop in LOOPS},
+       for server in TENK_SERVERS for loop in LOOPS},
     **{f"10k.{server}.{loop}.x-streams": load_ratio(TENK, server, loop, "asyncio-streams", metric="msgs_per_s")
-       for server in ("readinto", "framed-pool") for loop in LOOPS},
+       for server in TENK_SERVERS[:-1] for loop in LOOPS},
     **{f"idle.{kind}": idle_kib(IDLE, kind) for kind in ("stock", "asyncio", "readinto", "framed")},
+    **{f"idle.{kind}.gc": idle_objects(IDLE, kind) for kind in ("stock", "asyncio", "readinto", "framed")},
     # one connection, 1 KiB ping-pong, two CPUs and one (taskset)
     **{f"echo.{cpus}.{impl}": echo_ratio(f"echo-{cpus}.json", impl, "stock-read_bytes", "1KiB")
        for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-spin", "threads")},
@@ -517,7 +528,8 @@ def http_table(res: Results) -> str:
 
 SERVER_NAMES = {
     "stock": "stock ``IOStream``", "readinto": "``ReadIntoIOStream``",
-    "framed-pool": "``FramedStream`` + ``BufferPool``", "asyncio-streams": "asyncio Streams",
+    "framed-pool": "``FramedStream`` + ``BufferPool``", "framed": "``FramedStream``",
+    "asyncio-streams": "asyncio Streams",
     "asyncio-protocol": "``BufferedProtocol`` echo",
 }
 
@@ -655,7 +667,7 @@ def tenk_table(res: Results) -> str:
     """10,000 connections: messages per second against asyncio Streams, and
     the server's memory per idle connection."""
     rows = []
-    for server in ("readinto", "framed-pool", "asyncio-streams"):
+    for server in TENK_SERVERS:
         cells = [SERVER_NAMES[server]]
         for loop in LOOPS:
             x = "1.00x" if server == "asyncio-streams" else figure(res, f"10k.{server}.{loop}.x-streams").with_spread
@@ -665,8 +677,10 @@ def tenk_table(res: Results) -> str:
                                      "x Streams"), rows), res, TENK)
     kinds = {"stock": "stock ``IOStream``", "asyncio": "asyncio Streams", "readinto": "``ReadIntoIOStream``",
              "framed": "``FramedStream``"}
-    idle = with_source(simple_table(("10,000 idle connections", "KiB per connection"),
-                                    [(label, figure(res, f"idle.{kind}").bare) for kind, label in kinds.items()]),
+    idle = with_source(simple_table(("10,000 idle connections", "KiB per connection",
+                                     "GC-tracked objects per connection"),
+                                    [(label, figure(res, f"idle.{kind}").bare, figure(res, f"idle.{kind}.gc").bare)
+                                     for kind, label in kinds.items()]),
                        res, IDLE)
     return load + "\n" + idle
 
@@ -784,8 +798,8 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "{dask.transfer} for 64 MiB worker-to-worker transfers"),
     Quote("docs/performance.rst", "ReadIntoIOStream serves {10k.readinto.asyncio.x-streams} (asyncio) and "
                                   "{10k.readinto.uvloop.x-streams} (uvloop) the messages per second of asyncio "
-                                  "Streams, and FramedStream {10k.framed-pool.asyncio.x-streams} and "
-                                  "{10k.framed-pool.uvloop.x-streams}"),
+                                  "Streams, and FramedStream {10k.framed.asyncio.x-streams} and "
+                                  "{10k.framed.uvloop.x-streams}"),
     # CHANGELOG
     Quote("CHANGELOG.rst", "answers RPCs at {busy.rpc} tcp://"),
     Quote("CHANGELOG.rst", "a server costs {idle.readinto} of RSS per idle ReadIntoIOStream connection and "
