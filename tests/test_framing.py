@@ -696,22 +696,41 @@ def test_reader_frames_are_separate_buffers() -> None:
     assert msg[0].obj is not msg[1].obj
 
 
-def test_reader_frames_are_the_allocators_own_memoryviews_when_they_fit() -> None:
-    """A writable 1-D ``'B'`` memoryview of the exact size (what `BufferPool`
-    returns) is the frame itself: no second view object per frame.  One that
-    does not fit is viewed as before (cast, cut to size)."""
-    views: list[memoryview] = []
+def test_reader_frames_are_the_allocators_own_memoryviews_only_when_nothing_else_holds_them() -> None:
+    """Compiled, a writable 1-D ``'B'`` memoryview of the exact size that
+    only the reader holds (what `BufferPool` returns) is the frame itself: no
+    second view object per frame.  A view the allocator keeps is viewed
+    again, so releasing the frame leaves the allocator's view usable; one
+    that does not fit is viewed as before (cut to size)."""
+    import tornado_readinto
 
-    def allocator(nbytes: int) -> memoryview:
-        views.append(memoryview(bytearray(nbytes + len(views))))  # the second is one byte too large
-        return views[-1]
+    fresh_ids: list[int] = []
 
-    reader = FrameReader(allocator)
+    def fresh(nbytes: int) -> memoryview:
+        view = memoryview(bytearray(nbytes + len(fresh_ids)))  # the second is one byte too large
+        fresh_ids.append(id(view))  # (no reference kept)
+        return view
+
+    reader = FrameReader(fresh)
     reader.feed(encode([b"ab", b"cd"]))
     msg = reader.next_message()
     assert msg is not NEED_DATA
-    assert msg[0] is views[0]
-    assert msg[1] is not views[1] and msg[1].obj is views[1].obj and bytes(msg[1]) == b"cd"
+    assert (id(msg[0]) == fresh_ids[0]) is tornado_readinto.COMPILED  # the frame keeps that view alive
+    assert id(msg[1]) != fresh_ids[1] and bytes(msg[1]) == b"cd"
+
+    kept: list[memoryview] = []
+
+    def keeping(nbytes: int) -> memoryview:
+        kept.append(memoryview(bytearray(nbytes)))
+        return kept[-1]
+
+    reader = FrameReader(keeping)
+    reader.feed(encode([b"ab"]))
+    msg = reader.next_message()
+    assert msg is not NEED_DATA
+    assert msg[0] is not kept[0] and msg[0].obj is kept[0].obj
+    msg[0].release()
+    assert bytes(kept[0]) == b"ab"  # the allocator's view still works
 
 
 def test_reader_accepts_typed_and_oversized_buffers() -> None:

@@ -110,7 +110,12 @@ class LoopShared:
       context per read (``add_done_callback`` without one makes a new
       ``Context``, an object the cyclic GC tracks, that lives as long as the
       read waits).  The loop runs its callbacks one at a time, in its own
-      thread, so they never enter it twice at once.
+      thread, so they never enter it twice at once.  The cancellation path
+      (the stream's close, its close callback's scheduling) therefore sees
+      no context variables of the reader's, and a ``ContextVar.set`` made
+      on it stays in this context for the loop's later cancellations, as
+      one made in a readiness callback stays in the context asyncio copied
+      when the fd was registered.
     """
 
     __slots__ = ("resolved", "context", "__weakref__")

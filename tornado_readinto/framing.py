@@ -184,7 +184,9 @@ NEED_DATA: Final = _NeedDataType.NEED_DATA
 #: Where a frame's bytes land.  Called with ``nbytes`` (> 0); must return a
 #: writable, C-contiguous buffer of at least ``nbytes`` bytes (a bytearray, a
 #: numpy array of any dtype, an mmap, a memoryview...).  The reader uses
-#: ``memoryview(buf).cast("B")[:nbytes]`` of it.  See `tornado_readinto.allocators`.
+#: ``memoryview(buf).cast("B")[:nbytes]`` of it (compiled, a memoryview of
+#: that shape that nothing but the reader holds is used as it is).  See
+#: `tornado_readinto.allocators`.
 Allocator = Callable[[int], Any]
 
 
@@ -481,7 +483,7 @@ class FrameReader:
         self._lengths: tuple[int, ...] = ()
         # the frames, made when the lengths are known: an idle reader holds
         # no list (one object less for the cyclic GC per waiting stream)
-        self._frames: list[memoryview] = None  # type: ignore[assignment]
+        self._frames: list[memoryview] = None  # type: ignore[assignment]  # (None between messages)
         # index of the frame being filled, and its bytes received so far
         self._frame_index = 0
         self._frame_filled = 0
@@ -973,9 +975,15 @@ class FrameReader:
             buf = self._allocator(nbytes)
             if type(buf) is bytearray and len(buf) == nbytes:
                 return memoryview(buf)  # writable, 'B', contiguous, the size asked
-            # An allocator's own memoryview is the frame when it fits (a
-            # `BufferPool`'s does): a view of it would be one more object.
-            view = buf if type(buf) is memoryview else memoryview(buf)
+            if cython.compiled and type(buf) is memoryview and Py_REFCNT(buf) == 1:  # type: ignore[name-defined]  # noqa: F821
+                # Compiled: a memoryview that only the reader holds (a
+                # `BufferPool`'s, fresh per call) is the frame when it fits;
+                # a view of it would be one more object for the GC.  One the
+                # allocator keeps is viewed again, so that a caller's
+                # ``release()`` of its frame cannot release the allocator's.
+                view = buf
+            else:
+                view = memoryview(buf)
             if view.readonly:
                 raise ValueError("the allocator returned a read-only buffer")
             if view.format != "B" or view.ndim != 1:
