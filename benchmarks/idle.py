@@ -202,8 +202,7 @@ class IdleSuite(h.TableSuite[str, Result]):
         h.metric("RSS before KiB", "rss_before", kib, spread=False),
         h.metric("RSS after KiB", "rss_after", kib, spread=False),
         h.metric("KiB per idle conn", "per_connection", kib, spread=False),
-        h.metric("GC objects per conn", "gc_objects_per_connection", lambda v: "-" if v is None else f"{v:.1f}",
-                 spread=False),
+        h.metric("GC objects per conn", "gc_objects_per_connection", h.format_fixed(1), spread=False),
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -277,21 +277,15 @@ def echo_value(file: str, impl: str, msize: str, path: str, metric: str, unit: s
     return get
 
 
-# idle-10k.json: one entry per kind, "per_connection" (bytes) per repeat.
+# idle-10k.json: one entry per kind; per repeat "per_connection" (bytes) and
+# "gc_objects_per_connection" (objects the cyclic GC tracks).
 
 
-def idle_kib(file: str, kind: str) -> Callable[[Results], Figure]:
+def idle_value(file: str, kind: str, metric: str, unit: str, scale: float = 1.0) -> Callable[[Results], Figure]:
+    """The median of ``metric`` over the repeats of ``kind``, divided by ``scale``."""
     def get(res: Results) -> Figure:
-        v = [x / 1024 for x in values(pick(res.json(file), kind=kind), "per_connection")]
-        return Figure(statistics.median(v), None, file, "KiB")
-    return get
-
-
-def idle_objects(file: str, kind: str) -> Callable[[Results], Figure]:
-    """Objects the cyclic GC tracks per idle connection (``idle-10k.json``)."""
-    def get(res: Results) -> Figure:
-        v = values(pick(res.json(file), kind=kind), "gc_objects_per_connection")
-        return Figure(statistics.median(v), None, file, "")
+        v = [x / scale for x in values(pick(res.json(file), kind=kind), metric)]
+        return Figure(statistics.median(v), None, file, unit)
     return get
 
 
@@ -341,8 +335,10 @@ FIGURES: dict[str, Callable[[Results], Figure]] = {
        for server in TENK_SERVERS for loop in LOOPS},
     **{f"10k.{server}.{loop}.x-streams": load_ratio(TENK, server, loop, "asyncio-streams", metric="msgs_per_s")
        for server in TENK_SERVERS[:-1] for loop in LOOPS},
-    **{f"idle.{kind}": idle_kib(IDLE, kind) for kind in ("stock", "asyncio", "readinto", "framed")},
-    **{f"idle.{kind}.gc": idle_objects(IDLE, kind) for kind in ("stock", "asyncio", "readinto", "framed")},
+    **{f"idle.{kind}": idle_value(IDLE, kind, "per_connection", "KiB", scale=1024)
+       for kind in ("stock", "asyncio", "readinto", "framed")},
+    **{f"idle.{kind}.gc": idle_value(IDLE, kind, "gc_objects_per_connection", "")
+       for kind in ("stock", "asyncio", "readinto", "framed")},
     # one connection, 1 KiB ping-pong, two CPUs and one (taskset)
     **{f"echo.{cpus}.{impl}": echo_ratio(f"echo-{cpus}.json", impl, "stock-read_bytes", "1KiB")
        for cpus in ("twocpu", "onecpu") for impl in ("readinto", "readinto-spin", "threads")},
