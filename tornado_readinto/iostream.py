@@ -53,14 +53,15 @@ import re
 import socket
 import ssl
 import sys
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 from tornado import ioloop
 from tornado.concurrent import Future
 from tornado.log import gen_log
 from tornado.platform.asyncio import BaseAsyncIOLoop
 
-from . import _cpus, _gilheld, busypoll
+from . import _cpus, _gilheld, _sslerrors, busypoll
 from ._facecore import FaceCore, _EagerReadFuture
 from ._policy import StreamPolicy
 from ._readcore import DIRECT_READ_MIN_NBYTES, PENDING
@@ -101,7 +102,7 @@ _READ = ioloop.IOLoop.READ
 _WRITE = ioloop.IOLoop.WRITE
 _ERROR = ioloop.IOLoop.ERROR
 
-BytesLike = Union[bytes, bytearray, memoryview]
+BytesLike = bytes | bytearray | memoryview
 
 # A real socket's own C methods (see own_socket_io).
 _SOCKET_RECV_INTO = socket.socket.recv_into
@@ -1026,3 +1027,12 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
                 if self._closed:
                     return
         ReadIntoIOStream._writable(self)
+
+    def close(self, exc_info: Any = False) -> None:
+        """As `ReadIntoIOStream.close`; first empties this thread's OpenSSL
+        error queue, where the error the stream closes for may have left
+        entries that would fail the next read of another connection (see
+        `tornado_readinto._sslerrors`)."""
+        if not self._closed:
+            _sslerrors.clear()
+        ReadIntoIOStream.close(self, exc_info)
