@@ -362,13 +362,18 @@ async def _dask_rpcs(scheme: str, nmessages: int) -> None:
 async def _dask_rpcs_with_config(scheme: str, nmessages: int) -> None:
     from distributed.comm import connect, listen
 
+    served = asyncio.Event()
+
     async def echo(comm):
-        while True:
-            try:
-                msg = await comm.read()
-            except Exception:
-                return
-            await comm.write(msg)
+        try:
+            while True:
+                try:
+                    msg = await comm.read()
+                except Exception:
+                    return
+                await comm.write(msg)
+        finally:
+            served.set()
 
     listener = await listen(f"{scheme}://127.0.0.1:0", echo)
     await listener.start()
@@ -378,6 +383,10 @@ async def _dask_rpcs_with_config(scheme: str, nmessages: int) -> None:
             await comm.write({"op": "identity", "i": i})
             assert (await comm.read())["i"] == i
         await comm.close()
+        # The server's handler ends once it has read the close: wait for it,
+        # or the caller may close the loop with the handler's task pending
+        # (its wake-up queued), which asyncio logs as a destroyed task.
+        await served.wait()
     finally:
         listener.stop()
 
