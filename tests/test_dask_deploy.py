@@ -172,7 +172,8 @@ def cli_cluster(
         scheduler = cluster.start(
             "scheduler",
             dask_cli("scheduler")
-            + ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--idle-timeout", "300s"]
+            + ["--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+            + ["--idle-timeout", "300s"]
             + ["--scheduler-file", str(cluster.scheduler_file), *scheduler_args],
             full_env,
         )
@@ -186,7 +187,8 @@ def cli_cluster(
                 f"worker-{i}",
                 dask_cli("worker")
                 + ["--scheduler-file", str(cluster.scheduler_file), "--nworkers", "1", "--nthreads", "1"]
-                + ["--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60s", *worker_args],
+                + ["--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--host", "127.0.0.1"]
+                + ["--death-timeout", "60s", *worker_args],
                 {**full_env, **(worker_env or {})},
             )
         yield cluster

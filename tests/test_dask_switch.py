@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,19 @@ from distributed.comm.registry import backends
 import tornado_readinto
 from tornado_readinto import dask_switch
 from tornado_readinto.dask_switch import ENVIRONMENT, PRELOAD, PRELOAD_KEYS, status, verify
+from tornado_readinto.errors import NotSwitchedError
 
 from .test_dask_deploy import (
     CHUNK_N,
     NCHUNKS,
+    START_TIMEOUT_S,
+    CLICluster,
+    _env,
     check_scheme,
     check_worker_to_worker,
     cli_cluster,
     connected_client,
+    dask_cli,
     expected_total,
     make_chunk,
     total,
@@ -144,7 +150,9 @@ def test_one_call_switches_a_local_cluster_of_nanny_workers() -> None:
     client) and the Nanny-spawned worker processes all run the package's
     tcp://, as the workers themselves report."""
     dask_switch.switch_on()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+    ) as cluster:
         with Client(cluster) as client:
             assert cluster.scheduler_address.startswith("tcp://")
             report = verify(client)
@@ -157,6 +165,7 @@ def test_one_call_switches_a_local_cluster_of_nanny_workers() -> None:
             assert len(report["nannies"]) == 2
             for address, entry in report["nannies"].items():
                 assert_switched(entry, f"nanny of {address}")
+            assert report["stock"] == []
             check_worker_to_worker(client, "tcp")
 
 
@@ -193,6 +202,9 @@ def test_cli_cluster_switched_by_environment(tmp_path: Path) -> None:
         # run there (documented; the nanny's bytes are stock's either way).
         for address, entry in report["nannies"].items():
             assert_stock(entry, f"nanny of {address}")
+        # ... and verify names each of them, with the (stock) client
+        nannies = sorted(f"nanny {entry['address']}" for entry in report["nannies"].values())
+        assert sorted(report["stock"]) == sorted(["client", *nannies]), report["stock"]
         # from inside each worker: its comm to the scheduler is the package's
         kinds = client.run(lambda dask_worker: type(dask_worker.batched_stream.comm).__module__)
         assert set(kinds.values()) == {"tornado_readinto.dask_backend"}, kinds
@@ -253,14 +265,13 @@ def test_mixed_switched_scheduler_stock_workers_switched_client(tmp_path: Path) 
 def test_mixed_workers_one_switched_one_stock(tmp_path: Path) -> None:
     """Worker-to-worker transfers between a switched and a stock worker, both ways."""
     with cli_cluster(tmp_path, scheduler_args=(), nworkers=0) as cluster:
-        from .test_dask_deploy import _env, dask_cli
-
         for i, extra in enumerate([ENVIRONMENT, NO_SWITCH]):
             cluster.start(
                 f"worker-{i}",
                 dask_cli("worker")
                 + ["--scheduler-file", str(cluster.scheduler_file), "--nworkers", "1", "--nthreads", "1"]
-                + ["--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60s"],
+                + ["--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--host", "127.0.0.1"]
+                + ["--death-timeout", "60s"],
                 _env(extra),
             )
         with connected_client(cluster) as client:
@@ -274,25 +285,74 @@ def test_mixed_workers_one_switched_one_stock(tmp_path: Path) -> None:
             assert CHUNK_N  # the chunk size of the helpers: 8 MiB each
 
 
+@pytest.mark.timeout(180)
+def test_verify_names_the_stock_worker_of_a_switched_local_cluster(tmp_path: Path) -> None:
+    """A switched ``LocalCluster`` (``switch_on()``, a Nanny worker) joined by
+    a ``dask worker`` started without the switch: ``verify``'s ``stock``
+    names that worker and its nanny, and nothing else, and ``strict=True``
+    raises `NotSwitchedError` naming them."""
+    dask_switch.switch_on()
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        assert verify(client, strict=True)["stock"] == []
+        joining = CLICluster(tmp_path, tmp_path / "scheduler.json")
+        try:
+            joining.start(
+                "stock-worker",
+                dask_cli("worker")
+                + [cluster.scheduler_address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
+                + ["--dashboard-address", "127.0.0.1:0", "--death-timeout", "60s"],
+                _env(NO_SWITCH),
+            )
+            try:
+                client.wait_for_workers(2, timeout=START_TIMEOUT_S)
+            except TimeoutError as exc:
+                raise AssertionError(f"the stock worker did not join\n{joining.log_tail()}") from exc
+            report = verify(client)
+            (stock_worker,) = [address for address, entry in report["workers"].items() if not entry["switched"]]
+            nanny = client.scheduler_info()["workers"][stock_worker]["nanny"]
+            assert report["stock"] == [f"worker {stock_worker}", f"nanny {nanny}"], report["stock"]
+            with pytest.raises(NotSwitchedError) as raised:
+                verify(client, strict=True)
+            assert raised.value.stock == report["stock"]
+            assert str(raised.value) == f"2 of 6 processes are stock: worker {stock_worker}, nanny {nanny}"
+            assert isinstance(raised.value, RuntimeError)
+        finally:
+            joining.stop()
+
+
 # -- the README's block, exactly as written ----------------------------------------------
 
 README = Path(__file__).resolve().parent.parent / "README.rst"
 
 
-def readme_switch_lines() -> list[str]:
-    """The ``export`` lines of the console block right after the line that
-    contains ``dask-tcp-switch`` in README.rst."""
-    lines = README.read_text(encoding="utf-8").splitlines()
-    marker = next(i for i, line in enumerate(lines) if "dask-tcp-switch" in line)
-    directive = next(i for i in range(marker + 1, len(lines)) if lines[i].strip())
-    assert lines[directive].strip() == ".. code-block:: console", lines[directive]
+def code_block_after(path: Path, marker: str, language: str) -> str:
+    """The text of the ``.. code-block:: <language>`` right after the first
+    line of ``path`` that contains ``marker`` (and an ``.. example-setup:``
+    comment for tests/test_examples.py, if any), dedented."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next(i for i, line in enumerate(lines) if marker in line)
+    directive = next(
+        i for i in range(at + 1, len(lines)) if lines[i].strip() and not lines[i].startswith(".. example-setup:")
+    )
+    assert lines[directive].strip() == f".. code-block:: {language}", lines[directive]
     block: list[str] = []
     for line in lines[directive + 1 :]:
         if line.strip() and not line.startswith((" ", "\t")):
             break
-        if line.strip():
-            block.append(line.strip())
-    return block
+        block.append(line)
+    return textwrap.dedent("\n".join(block)).strip("\n") + "\n"
+
+
+def readme_switch_lines() -> list[str]:
+    """The ``export`` lines of the console block right after the line that
+    contains ``dask-tcp-switch`` in README.rst."""
+    block = code_block_after(README, "dask-tcp-switch", "console")
+    return [line.strip() for line in block.splitlines() if line.strip()]
 
 
 def readme_switch_environment() -> dict[str, str]:

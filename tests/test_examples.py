@@ -15,7 +15,10 @@ directory per example):
   ``python -m trustme`` writes them;
 * with the reST comment ``.. example-setup: dask-scheduler-file`` right
   before the block: a ``dask scheduler --protocol readinto`` with one
-  ``dask worker``, both on 127.0.0.1, and their ``scheduler.json``.
+  ``dask worker``, both on 127.0.0.1, and their ``scheduler.json``;
+* with ``.. example-setup: traitlets-config``: the block is a traitlets
+  configuration file (dask-gateway's), and runs with the ``c`` that such a
+  file is given (an empty ``traitlets.config.Config``).
 
 Python examples in a plain ``::`` literal block would escape this test, so
 another test refuses them.
@@ -224,6 +227,9 @@ def _dask_scheduler_file(cwd: Path) -> Generator[None, None, None]:
 
 SETUPS = {"dask-scheduler-file": _dask_scheduler_file}
 
+#: Setups that are code run before the block's, in the same program.
+PREAMBLES = {"traitlets-config": "from traitlets.config import Config\n\nc = Config()\n"}
+
 EXAMPLES = [e for e in all_examples() if e.language in RUN_LANGUAGES]
 
 
@@ -237,11 +243,11 @@ def test_examples_run(example: Example, example_dir: Path) -> None:
         pytest.importorskip("distributed")
     if "numpy" in example.code:
         pytest.importorskip("numpy")
-    setup = SETUPS[example.setup](example_dir) if example.setup else None
+    setup = SETUPS[example.setup](example_dir) if example.setup in SETUPS else None
     try:
         if setup is not None:
             next(setup)
-        result = run_example(example.code, example_dir)
+        result = run_example(PREAMBLES.get(example.setup or "", "") + example.code, example_dir)
     finally:
         if setup is not None:
             setup.close()
@@ -269,7 +275,7 @@ def test_examples_code_block_languages_known() -> None:
 
 
 def test_examples_setups_known() -> None:
-    assert {e.setup for e in EXAMPLES if e.setup} <= set(SETUPS)
+    assert {e.setup for e in EXAMPLES if e.setup} <= set(SETUPS) | set(PREAMBLES)
 
 
 @pytest.mark.parametrize("path", example_files(), ids=lambda p: p.relative_to(ROOT).as_posix())

@@ -41,6 +41,7 @@ _EXPORTS = {
     "CommClosedError": "errors",
     "CommTimeoutError": "errors",
     "HandshakeError": "errors",
+    "NotSwitchedError": "errors",
     "Comm": "comm",
     "connect": "comm",
     "listen": "comm",
@@ -144,6 +145,7 @@ if TYPE_CHECKING:  # pragma: no cover
         FramingError,
         HandshakeError,
         IncompleteReadError,
+        NotSwitchedError,
         ReadIntoError,
     )
     from .httpclient import ReadIntoAsyncHTTPClient  # noqa: F401

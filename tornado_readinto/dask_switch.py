@@ -19,11 +19,15 @@ listens or connects, and they reach everything ``dask scheduler``,
 the alternatives are worse: an entry point cannot replace a scheme that
 distributed registers itself, and a hook run at every interpreter start
 (a ``.pth`` file) or a borrowed plugin group would reach processes that never
-asked.  One limit: ``dask worker`` (with its Nanny) passes its own
-``--preload-nanny`` list to the Nanny, so the config's nanny preload does not
-run in the nanny process itself (it only supervises; its worker is switched).
+asked.  The limit: a command line's ``--preload`` replaces the config's
+preloads.  ``dask worker`` (with its Nanny) always hands the Nanny its own
+``--preload-nanny`` list, so its nanny process stays stock unless that list
+holds `PRELOAD` (its worker is switched either way); a tool that starts the
+scheduler with a ``--preload`` of its own (dask-gateway) needs `PRELOAD` on
+that command line too.  The deployment guide has the recipe for each tool.
 
-In a program: `switch_on` (and `switch_off`).  From a client: `verify`.
+In a program: `switch_on` (and `switch_off`).  From a client: `verify`,
+whose ``stock`` list names every process that is not switched.
 
 .. versionadded:: 0.1
 """
@@ -174,6 +178,8 @@ def status(server=None):
         "build": None if tornado_readinto is None else ("compiled" if tornado_readinto.COMPILED else "pure"),
         "version": getattr(tornado_readinto, "__version__", None),
     }
+    if server is not None:
+        result["address"] = getattr(server, "address", None)
     listeners = getattr(server, "listeners", None)
     if listeners:
         result["listener"] = name(listeners[0])
@@ -193,24 +199,67 @@ exec(compile(_PROBE_SOURCE, "<tornado_readinto.dask_switch probe>", "exec"), _pr
 
 #: This process's comms: ``{"switched": bool, "tcp": class, "tls": class,
 #: "build": "compiled" | "pure" | None, "version": str | None}``, plus
-#: ``listener`` and ``listener_switched`` when given a server.
+#: ``address``, ``listener`` and ``listener_switched`` when given a server.
 status = _probe["status"]
 
 
-def verify(client: Any) -> dict[str, Any]:
+def verify(client: Any, *, strict: bool = False) -> dict[str, Any]:
     """Ask the scheduler and every worker of ``client``'s cluster, and this
     process, whether its comms are this package's and which build runs::
 
         {"client": status(), "scheduler": {...}, "workers": {address: {...}},
-         "nannies": {worker address: {...}}}
+         "nannies": {worker address: {...}},
+         "stock": ["scheduler tls://10.0.0.5:8786", "nanny tcp://10.0.0.7:40321", ...]}
 
-    Each entry is `status` of that process (with its listener's class for the
-    scheduler, workers and nannies; ``nannies`` is empty without Nannies).  Works with processes that lack the package
-    (then ``build`` is None and ``switched`` False).
+    Each entry is `status` of that process (with its listener's class and
+    its address for the scheduler, workers and nannies; ``nannies`` is empty
+    without Nannies).  ``stock`` names every process that is not switched
+    (``"client"``, ``"scheduler <address>"``, ``"worker <address>"``,
+    ``"nanny <address>"``): its ``switched`` is False, or its listener is
+    stock distributed's; it is empty when the whole cluster is switched.
+    Works with processes that lack the package (then ``build`` is None and
+    ``switched`` False).  Run it after every deployment: a deployment tool
+    that starts one kind of process with its own command line can leave
+    that kind stock.
+
+    :arg strict: raise instead of returning a report whose ``stock`` is not
+        empty.
+    :raises NotSwitchedError: with ``strict``, naming the stock processes.
+
+    .. versionchanged:: 0.1
+       The ``stock`` list and ``strict``.
     """
-    return {
+    from .errors import NotSwitchedError
+
+    report: dict[str, Any] = {
         "client": status(),
         "scheduler": client.run_on_scheduler(_probe["scheduler_status"]),
         "workers": client.run(_probe["worker_status"]),
         "nannies": client.run(_probe["worker_status"], nanny=True),
     }
+    report["stock"] = _stock_processes(report)
+    if strict and report["stock"]:
+        nprocesses = 2 + len(report["workers"]) + len(report["nannies"])
+        raise NotSwitchedError(report["stock"], nprocesses)
+    return report
+
+
+def _stock_processes(report: dict[str, Any]) -> list[str]:
+    """The processes of a `verify` report that are not switched, named
+    ``"client"``, ``"scheduler <address>"``, ``"worker <address>"`` or
+    ``"nanny <address>"``, in that order (addresses sorted)."""
+
+    def stock(entry: dict[str, Any]) -> bool:
+        return not entry.get("switched") or entry.get("listener_switched") is False
+
+    names = ["client"] if stock(report["client"]) else []
+    scheduler = report["scheduler"]
+    if stock(scheduler):
+        names.append(f"scheduler {scheduler.get('address') or '(address unknown)'}")
+    names += [f"worker {address}" for address, entry in sorted(report["workers"].items()) if stock(entry)]
+    names += sorted(
+        f"nanny {entry.get('address') or 'of worker ' + address}"
+        for address, entry in report.get("nannies", {}).items()
+        if stock(entry)
+    )
+    return names

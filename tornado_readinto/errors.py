@@ -28,6 +28,7 @@ __all__ = [
     "CommClosedError",
     "CommTimeoutError",
     "HandshakeError",
+    "NotSwitchedError",
 ]
 
 
@@ -139,3 +140,24 @@ class ReadTimeoutError(ReadIntoError, TimeoutError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (self.timeout, self.what))
+
+
+class NotSwitchedError(ReadIntoError, RuntimeError):
+    """`tornado_readinto.dask_switch.verify` (with ``strict=True``) found
+    processes of the cluster whose comms are stock distributed's.
+
+    :ivar stock: the stock processes, each named as in the report's
+        ``"stock"`` list, e.g. ``"scheduler tls://10.0.0.5:8786"`` or
+        ``"nanny tcp://10.0.0.7:40321"``.
+    :ivar nprocesses: how many processes were asked (the client included).
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(self, stock: list[str], nprocesses: int) -> None:
+        self.stock = list(stock)
+        self.nprocesses = nprocesses
+        super().__init__(f"{len(self.stock)} of {nprocesses} processes are stock: {', '.join(self.stock)}")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.stock, self.nprocesses))
