@@ -72,9 +72,9 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 if __package__ in (None, ""):  # pragma: no cover - see the module docstring
     sys.exit("run this benchmark as a module: python -m benchmarks dask")
@@ -1187,6 +1187,9 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             if refused:
                 p.error(f"--netpath runs the {what}s {', '.join(runnable)} only, not {', '.join(refused)}: {why}")
         netpath.check_argument(args, p)
+
+    def unavailable(self, args: argparse.Namespace) -> str | None:
+        return None if args.netpath is None else netpath.refusal(args)
 
     def run_cases(self, args: argparse.Namespace) -> list[DaskResult]:
         # P2P logs every shuffle's start and end at WARNING from the scheduler (in

@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.harness.cpu import thread_cpu_s
 

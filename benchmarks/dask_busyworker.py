@@ -33,7 +33,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks import harness as h
 from benchmarks.harness import check

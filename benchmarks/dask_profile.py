@@ -58,8 +58,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 if __package__ in (None, ""):  # pragma: no cover - see benchmarks.dask
     sys.exit("run this benchmark as a module: python -m benchmarks dask_profile")
@@ -350,7 +350,9 @@ def _hop_events(client: Any, prefix: str) -> tuple[dict[str, dict[str, float]], 
 def profile_chain(side: Any, args: argparse.Namespace) -> dict[str, Any]:
     """A dependent chain alternating between the two workers (as
     ``benchmarks.dask``'s chain workload), cut into `HOP_SEGMENTS` from
-    dask's own logs: median ms per segment over the hops."""
+    dask's own logs: median ms per segment over the hops, and the means,
+    which add up (each hop is its segments end to end, and means are
+    additive where medians are not)."""
     from benchmarks.dask_tasks import inc
 
     client, workers = side.client, side.workers
@@ -388,6 +390,8 @@ def profile_chain(side: Any, args: argparse.Namespace) -> dict[str, Any]:
         "hops": len(hops),
         "hop_ms": _median(hops),
         "segments_ms": {name: _median(values) for name, values in segments.items()},
+        "hop_mean_ms": _mean(hops),
+        "segments_mean_ms": {name: _mean(values) for name, values in segments.items()},
     }
 
 
@@ -420,6 +424,10 @@ def profile_tasks(side: Any, args: argparse.Namespace) -> dict[str, Any]:
 def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2] if ordered else float("nan")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 # -- output ------------------------------------------------------------------------------------------

@@ -188,6 +188,9 @@ class EchoSuite(h.TableSuite[Case, Result]):
                 if msize < 8 * nframes:
                     p.error(f"--msize {h.format_size(msize)} with {nframes} frames: need at least 8 bytes per frame")
 
+    def unavailable(self, args: argparse.Namespace) -> str | None:
+        return netpath.refusal(args)
+
     def cases(self, args: argparse.Namespace) -> list[Case]:
         """Implementations innermost, so the ones compared run back to back,
         then the paths."""

@@ -146,11 +146,13 @@ async def serve(kind: str, loop_name: str) -> None:
 
 def server_main(kind: str, loop_name: str) -> None:
     raise_nofile()
+    loop_factory = None
     if loop_name == "uvloop":
         import uvloop
 
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    asyncio.run(serve(kind, loop_name))
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:  # (no event loop policy: deprecated in 3.14)
+        runner.run(serve(kind, loop_name))
 
 
 # -- the client (this process) ---------------------------------------------------

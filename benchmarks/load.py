@@ -360,14 +360,17 @@ class LoadSuite(h.TableSuite[LoadCase, LoadResult]):
         args.msize = args.msize or [h.parse_size(DEFAULT_MSIZE)]
         args.offered = args.offered or []
         args.rate = args.rate or [0.0]
-        if args.count_syscalls:
-            reason = syscounts.unavailable()
-            if reason is not None:
-                p.error(f"--count-syscalls: {reason}")
         for msize in args.msize:
             if msize < 8:
                 p.error(f"--msize {h.format_size(msize)}: need at least 8 bytes for the sequence stamp")
         netpath.check_argument(args, p)
+
+    def unavailable(self, args: argparse.Namespace) -> str | None:
+        if args.count_syscalls:
+            reason = syscounts.unavailable()
+            if reason is not None:
+                return f"--count-syscalls: {reason}"
+        return netpath.refusal(args)
 
     def cases(self, args: argparse.Namespace) -> list[LoadCase]:
         """Servers innermost, so the ones compared (same loop, same case) run

@@ -37,10 +37,14 @@ the result file of its run, ``NAME.json``.
 * ``--remake [FILE ...]`` re-makes every cited result file (or those named),
   the headline's first, one command after the other: the command the file
   records, or `REMAKE`'s where that one no longer runs or there is none; the
-  table goes to ``NAME.txt``.  ``--remake --dry-run`` prints the commands,
-  each checked by its benchmark's parser and against the rows publish reads
-  from its file, and the files no command re-makes (made on another tree,
-  or by benchmarks that are gone), and runs nothing.
+  table goes to ``NAME.txt``; a command this machine cannot run (its
+  suite's ``unavailable``: ``--netpath`` without root or iproute2) is not
+  run, and fails the re-make naming what is missing.  ``--remake --dry-run``
+  prints the commands, each checked by its benchmark's parser and against
+  the rows publish reads from its file (the same on any machine; the ones
+  that cannot run here are marked ``not here``), and the files no command
+  re-makes (made on another tree, or by benchmarks that are gone), and runs
+  nothing.
 """
 
 from __future__ import annotations
@@ -1159,6 +1163,23 @@ def parse_command(words: Sequence[str]) -> argparse.Namespace:
         raise ValueError(lines[-1] if lines else "its parser exits") from None
 
 
+def unavailable_here(words: Sequence[str]) -> str | None:
+    """What this machine lacks to run ``python -m benchmarks.X ARGV`` (its
+    suite's ``unavailable``: a tool, root), or None; None too for a command
+    X refuses (`check_remake` reports that) or that is no suite's."""
+    module, _ = _module_and_argv(words)
+    name = module.removeprefix("benchmarks.")
+    from benchmarks.__main__ import SUITES, suite
+
+    if name not in SUITES:
+        return None
+    try:
+        args = parse_command(words)
+    except ValueError:
+        return None
+    return suite(name).unavailable(args)
+
+
 def _cases(module: str, args: argparse.Namespace) -> list[Any] | None:
     """What ``python -m module`` runs with ``args``, as objects whose fields
     name a result's row (None: not known here)."""
@@ -1223,7 +1244,7 @@ def remake(plans: Sequence[Remake], directory: Path, res: Results, dry_run: bool
     failed: list[str] = []
     for plan in runnable:
         words = remake_words(plan, directory)
-        needs = plan.needs() if plan.needs else None
+        needs = (plan.needs() if plan.needs else None) or unavailable_here(words)
         print(shlex.join(words) + (f"  # {plan.note}" if plan.note else ""))
         if needs:
             print(f"#   not here: {needs}")

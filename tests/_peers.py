@@ -42,7 +42,7 @@ def drain(sock: socket.socket, seconds: float = 5.0) -> bytes:
             if not chunk:
                 break
             got += chunk
-    except (socket.timeout, ConnectionResetError):
+    except (TimeoutError, ConnectionResetError):
         pass
     return bytes(got)
 

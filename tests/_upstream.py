@@ -12,8 +12,10 @@
   built by a stock server or client fails the test;
 * counts the `ReadIntoIOStream`\\ s built, per upstream module and loop;
 * runs the test on the event loop it was mirrored for (`mirror_everywhere`:
-  both loops), through the event loop policy (Tornado makes each test's loop
-  with ``asyncio.new_event_loop()``).
+  both loops): Tornado makes each test's loop with
+  ``asyncio.new_event_loop()``, which `OnLoop` points at the loop's own
+  factory for the length of the test (no event loop policy: deprecated
+  since Python 3.14).
 
 Upstream modules are imported as modules (never their classes into our
 namespace), so pytest does not collect the stock tests a second time.
@@ -57,32 +59,45 @@ _STOCK_FACTORY_GLOBALS = (
 
 class OnLoop:
     """Mixin: runs a Tornado test case on the event loop named by ``loop``
-    (``"asyncio"`` or ``"uvloop"``).  Tornado makes each test's loop with
-    ``asyncio.new_event_loop()``, which follows the event loop policy; the
-    test fails if its loop is not the one named."""
+    (``"asyncio"`` or ``"uvloop"``); the test fails if its loop is not the
+    one named.
+
+    Tornado makes each test's loop, and any other `IOLoop` a test makes,
+    with ``asyncio.new_event_loop()`` (``AsyncIOLoop.initialize``); for
+    uvloop that is ``uvloop.new_event_loop`` from setUp to tearDown.  Not
+    through an event loop policy (``asyncio.set_event_loop_policy`` is
+    deprecated since Python 3.14), nor by overriding
+    ``AsyncTestCase.get_new_ioloop`` (deprecated since Tornado 6.3: its
+    setUp warns)."""
 
     loop = "asyncio"
 
     def setUp(self):
-        self._policy = asyncio.get_event_loop_policy()
+        self._loop_factory = None
         if self.loop == "uvloop":
             import uvloop
 
-            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            self._loop_factory = unittest.mock.patch.object(asyncio, "new_event_loop", uvloop.new_event_loop)
+            self._loop_factory.start()
         try:
             super().setUp()
             io_loop = getattr(self, "io_loop", None)
             if io_loop is not None:
                 assert (type(io_loop.asyncio_loop).__module__.split(".")[0] == "uvloop") == (self.loop == "uvloop")
         except BaseException:
-            asyncio.set_event_loop_policy(self._policy)
+            self._stop_loop_factory()
             raise
 
     def tearDown(self):
         try:
             super().tearDown()
         finally:
-            asyncio.set_event_loop_policy(self._policy)
+            self._stop_loop_factory()
+
+    def _stop_loop_factory(self):
+        if self._loop_factory is not None:
+            self._loop_factory.stop()
+            self._loop_factory = None
 
 
 class UpstreamGuard(OnLoop):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import shlex
 import shutil
@@ -22,7 +23,8 @@ from typing import Any
 import pytest
 
 from benchmarks import load, publish
-from benchmarks.harness.meta import missing_meta, run_meta
+from benchmarks.harness import netpath
+from benchmarks.harness.meta import command_line, missing_meta, run_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -256,6 +258,32 @@ def test_remake_dry_run_prints_every_command_and_runs_nothing(
     assert "not re-made by a command" not in out and "problems" not in out
 
 
+def test_remake_of_a_command_this_machine_cannot_run(
+    published: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without iproute2 (its absence injected): ``--netpath`` commands still
+    parse, so the dry run prints them with what is missing here and finds
+    no problem; a real re-make runs none of them and fails, naming the file
+    and the reason."""
+    _, results = published
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netpath, "_which", lambda tool: None)
+    missing = "needs root and iproute2 (ip, and tc for a rate): ip and tc not found (install iproute2)"
+    assert publish.main(["--remake", "--dry-run", "--results", str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if f"--json {results}/echo-netpath.json" in line]
+    assert lines[at].startswith("python -m benchmarks.echo --netpath ") and missing in lines[at + 1]
+    assert lines[at + 1].startswith("#   not here: --netpath loopback,mtu1500,")
+    assert sum(line.startswith("#   not here: --netpath ") for line in lines) == 3  # echo, load and dask's
+    assert "problems" not in "\n".join(lines)
+    plans = [plan for plan in publish.remake_plan(results) if plan.file == "echo-netpath.json"]
+    before = (results / "echo-netpath.json").read_bytes()
+    assert publish.remake(plans, results, publish.Results(results)) == 1
+    out = capsys.readouterr().out
+    assert "# failed:\n#   echo-netpath.json: --netpath loopback,mtu1500," in out and missing in out
+    assert (results / "echo-netpath.json").read_bytes() == before and not (results / "echo-netpath.txt").exists()
+
+
 def test_remake_checks_each_command_with_its_benchmark(published: tuple[Path, Path]) -> None:
     """A command its benchmark refuses, or that would not make a row publish
     reads from its file, is a problem of the dry run."""
@@ -286,7 +314,14 @@ def test_remake_runs_each_command_into_the_results_directory(tmp_path: Path,
     assert "#   opcodes-other.json: needs what is not here" in out and "python -m benchmarks.publish" in out
     data = json.loads((tmp_path / "opcodes-bounds.json").read_text())
     assert missing_meta(data) == [] and data["meta"]["build"]["name"] == "pure"
-    assert data["meta"]["command"] == f"TORNADO_READINTO_NO_EXTENSIONS=1 {count} --json {tmp_path}/opcodes-bounds.json"
+    # the command as run, and any CPU pinning this process (so the command) runs under
+    env = {**{k: v for k, v in os.environ.items() if k.startswith("TORNADO_READINTO_")},
+           "TORNADO_READINTO_NO_EXTENSIONS": "1"}
+    argv = [*shlex.split(count)[3:], "--json", f"{tmp_path}/opcodes-bounds.json"]
+    expected = command_line("benchmarks.opcodes", argv, env, data["meta"]["machine"])
+    assert expected.startswith("TORNADO_READINTO_NO_EXTENSIONS=1 ")
+    assert expected.endswith(f"{count} --json {tmp_path}/opcodes-bounds.json")
+    assert data["meta"]["command"] == expected
     assert data["results"][0]["impl"] == "asyncio-protocol" and data["results"][0]["opcodes_per_msg"] > 0
     assert (tmp_path / "opcodes-bounds.txt").read_text().split()[:3] == ["server", "loop", "opcodes/msg"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["opcodes-bounds.json", "opcodes-bounds.txt"]
@@ -481,7 +516,7 @@ def test_compatibility_block_agrees_with_setup_cfg() -> None:
     versions = sorted({c for c in cfg["metadata"]["classifiers"].splitlines()
                        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c.strip())})
     versions = [v.rsplit(" ", 1)[1] for v in versions]
-    assert versions == ["3.10", "3.11", "3.12", "3.13"]
+    assert versions == ["3.11", "3.12", "3.13", "3.14", "3.15"]
     # Python: the tested versions, and the lowest is python_requires
     assert re.findall(r"3\.\d+", rows["Python"].split(";")[0]) == versions
     assert cfg["options"]["python_requires"].strip() == f">={versions[0]}"
@@ -492,13 +527,15 @@ def test_compatibility_block_agrees_with_setup_cfg() -> None:
     # dask: the extra's distributed bound, verbatim
     (dist_req,) = [r for r in cfg["options.extras_require"]["dask"].split() if r.startswith("distributed")]
     assert f"``{dist_req}``" in rows["dask"]
-    # tox runs every listed version, and 3.14
+    # tox runs every listed version, and no other
     tox = configparser.ConfigParser()
     tox.read(ROOT / "tox.ini")
     envs = [e.strip() for e in tox["tox"]["envlist"].split(",")]
-    assert [e for e in envs if e.startswith("py")] == [f"py3{v.split('.')[1]}" for v in versions] + ["py314"]
+    assert [e for e in envs if e.startswith("py")] == [f"py3{v.split('.')[1]}" for v in versions]
     assert tox["tox"]["skip_missing_interpreters"].strip() == "true"
-    assert "3.14" in rows["Python"]
+    # mypy checks the lowest, ruff's rules target it
+    assert cfg["mypy"]["python_version"].strip() == versions[0]
+    assert f'target-version = "py3{versions[0].split(".")[1]}"' in (ROOT / "ruff.toml").read_text()
     # platforms
     assert "Linux" in rows["Platforms"] and "macOS" in rows["Platforms"] and "Windows" in rows["Platforms"]
     assert "Operating System :: POSIX :: Linux" in "\n".join(classifiers) or "Linux" in cfg["metadata"]["classifiers"]

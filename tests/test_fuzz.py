@@ -25,7 +25,7 @@ REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").glob("*"))
 
 #: The atheris release with a wheel for Linux x86_64, per CPython version (the
 #: newest, as pip picks it); no other platform has one.
-ATHERIS_WHEELS = {"3.10": "2.3.0", "3.11": "3.0.0", "3.12": "3.1.0", "3.13": "3.1.0", "3.14": "3.1.0"}
+ATHERIS_WHEELS = {"3.11": "3.0.0", "3.12": "3.1.0", "3.13": "3.1.0", "3.14": "3.1.0"}
 
 
 def _atheris_requirements() -> list[Requirement]:
@@ -64,15 +64,13 @@ def _import_atheris_or_skip() -> None:
 
 @pytest.mark.parametrize("python", sorted(ATHERIS_WHEELS))
 def test_fuzz_atheris_is_required_exactly_where_it_has_a_wheel(python):
-    """The ``test`` extra requires atheris on Linux x86_64 for CPython 3.10
+    """The ``test`` extra requires atheris on Linux x86_64 for CPython 3.11
     to 3.14, pinned so that pip picks a release with a wheel there (never an
     sdist, which needs a clang with libFuzzer); on every other platform and
     Python it leaves atheris out, so the extra installs everywhere."""
     linux = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": python}
     req = _atheris_required(linux)
     assert req is not None and req.specifier.contains(ATHERIS_WHEELS[python]), (python, req)
-    if python == "3.10":
-        assert not req.specifier.contains("3.0.0")  # 3.0.0 has an sdist for cp310, no wheel
     for elsewhere in ({"platform_machine": "aarch64"}, {"sys_platform": "darwin", "platform_machine": "arm64"},
                       {"sys_platform": "darwin", "platform_machine": "x86_64"}, {"sys_platform": "win32"}):
         assert _atheris_required({**linux, **elsewhere}) is None, (python, elsewhere)

@@ -12,8 +12,8 @@ import errno
 import math
 import socket
 import struct
+import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -175,44 +175,40 @@ def test_writev_sends_part_when_the_buffer_fills_then_raises_eagain_then_epipe(p
 
 
 def test_the_calls_keep_the_gil_and_the_socket_methods_release_it():
-    """A Python thread ticks while the main thread waits in a blocking
-    ``recv`` that the kernel ends after 0.3 s (SO_RCVTIMEO), and records the
-    longest pause between its ticks.  Through the socket method it keeps
-    ticking; through the held call it cannot run a single bytecode until
-    the call returns, so it sees a pause as long as the call."""
-    a, b = socket.socketpair()
-    with a, b:
-        b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 300_000))
-        longest = [0.0]
-        stop = threading.Event()
+    """The main thread waits in a blocking ``recv`` for the byte that a
+    Python thread sends once it runs again; the switch interval is raised
+    so that nothing but the call itself hands the thread the GIL.  Through
+    the socket method the thread runs during the call, so the call returns
+    its byte; through the held call it cannot run a single bytecode until
+    the call returns, so the call ends empty (the kernel's SO_RCVTIMEO)
+    and the byte arrives after it.  What happened, not how long it took."""
 
-        def tick():
-            last = time.monotonic()
-            while not stop.is_set():
-                now = time.monotonic()
-                if now - last > longest[0]:
-                    longest[0] = now - last
-                last = now
+    def during(call, timeout_us):
+        a, b = socket.socketpair()
+        with a, b:
+            b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", *divmod(timeout_us, 10**6)))
+            go = threading.Event()
+            sender = threading.Thread(target=lambda: go.wait() and a.send(b"x"), daemon=True)
+            sender.start()
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1000.0)  # no forced hand-over: only a call that releases the GIL lets it run
+            try:
+                go.set()
+                buf = bytearray(10)
+                try:
+                    got = bytes(buf[: call(b, buf)])
+                except BlockingIOError:
+                    got = None  # nothing arrived during the call
+            finally:
+                sys.setswitchinterval(interval)
+            sender.join()
+            b.settimeout(10)
+            late = b.recv(10) if got is None else b""  # the sender's byte, once it could run
+        return got, late
 
-        def pause_during(call):
-            time.sleep(0.05)  # the ticker runs
-            longest[0] = 0.0
-            with pytest.raises(BlockingIOError):
-                call()
-            time.sleep(0.05)  # the ticker notes the pause, if any
-            return longest[0]
-
-        thread = threading.Thread(target=tick, daemon=True)
-        thread.start()
-        try:
-            buf = bytearray(10)
-            released = pause_during(lambda: b.recv_into(buf))
-            held = pause_during(lambda: _gilheld.recv_into(b.fileno(), memoryview(buf)))
-        finally:
-            stop.set()
-            thread.join()
-    assert held >= 0.25
-    assert released < 0.2
+    # (a long timeout: the call returns as soon as the byte arrives)
+    assert during(lambda b, buf: b.recv_into(buf), 60 * 10**6) == (b"x", b"")
+    assert during(lambda b, buf: _gilheld.recv_into(b.fileno(), memoryview(buf)), 300_000) == (None, b"x")
 
 
 # -- the streams' switch -------------------------------------------------------

@@ -17,7 +17,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -81,7 +81,7 @@ MAX_FRAME_NBYTES = 1 << 20
 MAX_MESSAGE_NBYTES = 1 << 20
 
 
-Op = Union[Into, Bytes, Until, Regex, Close, Message]
+Op = Into | Bytes | Until | Regex | Close | Message
 
 #: What a read came to: ("ok", bytes or frames) or ("error", type, real
 #: error type, expected, received) (the counts of an IncompleteReadError).

@@ -73,9 +73,10 @@ def test_dask_profile_tiny_run_over_both_protocols(tmp_path, capsys):
         assert transfer["first_touch"]["MALLOC_TRIM_THRESHOLD_"] == "65536"  # set by the Nanny
         chain = r["chain"]
         assert chain["hops"] >= 20
-        assert set(chain["segments_ms"]) == {name for name, _ in HOP_SEGMENTS}
-        # the segments tile the hop: their medians add up to about its median
-        assert sum(chain["segments_ms"].values()) == pytest.approx(chain["hop_ms"], rel=0.5)
+        assert set(chain["segments_ms"]) == set(chain["segments_mean_ms"]) == {name for name, _ in HOP_SEGMENTS}
+        # the segments tile the hop: their means add up to its mean (arithmetic, not timing:
+        # medians need not add up, least of all on a busy machine)
+        assert sum(chain["segments_mean_ms"].values()) == pytest.approx(chain["hop_mean_ms"])
         assert r["tasks"]["tasks_per_s"] > 0
         assert set(r["tasks"]["samples"]) == {"scheduler + client", "worker a", "worker b"}
         assert f"  {protocol} " in out

@@ -24,6 +24,7 @@ import tornado
 from benchmarks import harness as h
 from benchmarks.__main__ import SUITES
 from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.harness.meta import command_line
 from benchmarks.impls._gilthread import start_gil_thread
 
 # -- units ---------------------------------------------------------------------------
@@ -280,7 +281,12 @@ def test_suite_rounds_alternate_and_pool(tmp_path: Path, capsys: pytest.CaptureF
     data = json.loads(out.read_text())
     assert data["meta"]["rounds"] == 3 and data["meta"]["repeat"] == 2 and data["meta"]["packages"]["tornado"]
     assert h.missing_meta(data) == []  # what publishing requires: commit, build, machine, python, command
-    assert data["meta"]["command"] == "python -m benchmarks.fake --rounds 3 --repeat 2 --json " + str(out)
+    # the command as typed, after the build's variables and any CPU pinning it ran under
+    env = {k: v for k, v in os.environ.items() if k.startswith("TORNADO_READINTO_")}
+    typed = ["--rounds", "3", "--repeat", "2", "--json", str(out)]
+    expected = command_line("benchmarks.fake", typed, env, data["meta"]["machine"])
+    assert expected.endswith("python -m benchmarks.fake --rounds 3 --repeat 2 --json " + str(out))
+    assert data["meta"]["command"] == expected
     entries = data["results"]
     assert [(e["thing"], e["case"]) for e in entries] == [
         ("old", "small"),
@@ -409,8 +415,6 @@ def test_run_meta_records_the_run_the_build_the_machine_and_python() -> None:
 
 
 def test_the_command_names_the_build_variables_and_the_cpus_it_ran_on() -> None:
-    from benchmarks.harness.meta import command_line
-
     pinned = {"affinity": [1], "cpu_count": 2}
     env = {"TORNADO_READINTO_NO_EXTENSIONS": "1"}
     assert command_line("benchmarks.echo", ["--msize", "1KiB"], env, pinned) == (

@@ -4,6 +4,7 @@ counted by cachegrind (a count, never a timing)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import tornado_readinto
 from benchmarks import harness as h
 from benchmarks import instructions
+from benchmarks.harness.meta import command_line
 
 
 def test_the_instruction_count_is_read_from_cachegrinds_summary() -> None:
@@ -51,7 +53,10 @@ def test_the_json_records_the_counts_and_the_run(monkeypatch: pytest.MonkeyPatch
     capsys.readouterr()
     data = json.loads(out.read_text())
     assert h.missing_meta(data) == [] and data["meta"]["argv"] == argv
-    assert data["meta"]["command"] == "python -m benchmarks.instructions " + " ".join(argv)
+    env = {k: v for k, v in os.environ.items() if k.startswith("TORNADO_READINTO_")}
+    expected = command_line("benchmarks.instructions", argv, env, data["meta"]["machine"])  # any pinning included
+    assert expected.endswith("python -m benchmarks.instructions " + " ".join(argv))
+    assert data["meta"]["command"] == expected
     assert data["results"] == [{"server": "asyncio-protocol", "loop": "asyncio", "per_msg": 1234.5,
                                 "runs": [[2000, 10], [6000, 20]]}]  # fmt: skip
     assert instructions.unknown_servers("readinto-pure,asyncio-protocol,readinto-transport") == ["readinto-transport"]

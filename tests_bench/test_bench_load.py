@@ -18,6 +18,7 @@ import pytest
 from benchmarks import harness as h
 from benchmarks import load
 from benchmarks.harness import processes
+from benchmarks.harness.meta import command_line
 from benchmarks.impls import IMPLS, _tls, availability
 from benchmarks.impls.__main__ import main as impls_main
 from benchmarks.impls._common import U64, VerificationError, pack_header
@@ -724,7 +725,11 @@ def test_load_smoke_asyncio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert sum(line.startswith("[") for line in captured.err.splitlines()) == 2  # progress per case
     data = json.loads(out.read_text())
     assert data["meta"]["packages"]["tornado"] and "uvloop" in data["meta"]["packages"] and data["meta"]["repeat"] == 1
-    assert h.missing_meta(data) == [] and data["meta"]["command"].startswith("python -m benchmarks.load --server ")
+    env = {k: v for k, v in os.environ.items() if k.startswith("TORNADO_READINTO_")}
+    expected = command_line("benchmarks.load", [*argv, "--json", str(out)], env, data["meta"]["machine"])
+    assert expected.endswith(f"python -m benchmarks.load --server readinto,asyncio-streams --loop asyncio "
+                             f"--client-loop asyncio {' '.join(SMOKE)} --json {out}")
+    assert h.missing_meta(data) == [] and data["meta"]["command"] == expected  # any CPU pinning included
     assert data["meta"]["client_loop"] == "asyncio"
     entries = data["results"]
     assert [(e["server"], e["loop"], e["client_loop"]) for e in entries] == [

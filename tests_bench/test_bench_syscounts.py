@@ -68,11 +68,18 @@ def test_table_column_and_progress_line() -> None:
     assert "syscalls/msg" not in SUITE.brief(plain)
 
 
-def test_count_syscalls_is_refused_where_perf_cannot_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_count_syscalls_is_refused_where_perf_cannot_count(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command ends with the reason (status 2) before anything runs;
+    parsing it does not ask (``publish --remake --dry-run`` works anywhere)."""
     monkeypatch.setattr(syscounts, "unavailable", lambda: "perf is not installed")
-    with pytest.raises(SystemExit):
-        SUITE.parse_args(["--count-syscalls"])
-    assert SUITE.parse_args([]).count_syscalls is False
+    with pytest.raises(SystemExit) as exit_info:
+        SUITE.main(["--count-syscalls"])
+    assert exit_info.value.code == 2 and "--count-syscalls: perf is not installed" in capsys.readouterr().err
+    args = SUITE.parse_args(["--count-syscalls"])
+    assert args.count_syscalls is True and SUITE.unavailable(args) == "--count-syscalls: perf is not installed"
+    assert SUITE.parse_args([]).count_syscalls is False and SUITE.unavailable(SUITE.parse_args([])) is None
 
 
 @pytest.mark.skipif(syscounts.unavailable() is not None, reason=str(syscounts.unavailable()))

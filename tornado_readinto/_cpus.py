@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
-from typing import Callable
+from collections.abc import Callable, Iterator
 
 __all__ = ["affinity_cpus", "cgroup_v1_cpus", "cgroup_v2_cpus", "parallel_cpus", "usable_cpus"]
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tornado.concurrent import Future
 

@@ -45,8 +45,8 @@ from __future__ import annotations
 import operator
 import os
 import socket
-from collections.abc import Iterable, Sequence
-from typing import Any, Callable, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
 
 from ._emptyproof import DRAINED_VALID_S
 from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES

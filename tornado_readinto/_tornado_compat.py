@@ -21,7 +21,8 @@ import io
 import ssl
 import textwrap
 import tokenize
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tornado
 import tornado.iostream

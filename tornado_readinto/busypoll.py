@@ -75,8 +75,8 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import Callable
 from time import perf_counter
-from typing import Callable
 
 from . import _cpus
 from ._gilheld import other_threads

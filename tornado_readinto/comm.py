@@ -72,8 +72,8 @@ import inspect
 import logging
 import random
 import ssl
-from collections.abc import Awaitable
-from typing import Any, Callable, Final, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from tornado.iostream import StreamClosedError
 
@@ -163,7 +163,7 @@ LISTEN_BACKLOG: Final = 2048
 _BACKOFF_BASE: Final = 0.01  # seconds
 _BACKOFF_MAX: Final = 1.0  # seconds
 
-Handler = Callable[["Comm"], Union[Awaitable[None], None]]
+Handler = Callable[["Comm"], Awaitable[None] | None]
 
 
 # -- the comm ---------------------------------------------------------------------
@@ -387,7 +387,7 @@ class Comm(FramedChannel):
             self._framed.write_frames([_packb(local)])
             future = self._stream.read_message(reader)
             frames = await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             self.abort()
             if future is not None and future.cancelled():  # wait_for expired
                 raise CommTimeoutError(f"no handshake from {self._peer_address} within {timeout} s") from exc
@@ -507,7 +507,7 @@ async def connect(
             )
         except HandshakeError:
             raise
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             if last_exc is None or exc.args:  # a bare TimeoutError (wait_for) says less than an earlier error
                 last_exc = exc
         attempt += 1

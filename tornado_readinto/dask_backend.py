@@ -41,8 +41,8 @@ import logging
 import socket
 import ssl
 import weakref
-from collections.abc import Awaitable, Generator
-from typing import Any, Callable, ClassVar, Final, NoReturn
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, ClassVar, Final, NoReturn
 
 import dask
 from dask.utils import parse_bytes, parse_timedelta

@@ -68,8 +68,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError

@@ -17,9 +17,9 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 from tornado import gen
 from tornado.ioloop import IOLoop
@@ -218,7 +218,7 @@ class HandshakingTCPServer(ReadIntoTCPServer):
             self._handshaking.add(stream)
             try:
                 await asyncio.wait_for(stream.wait_for_handshake(), self.tls_handshake_timeout)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 real = getattr(exc, "real_error", None) or exc
                 logger.warning("TLS handshake with %r failed: %s: %s", address, type(real).__name__, real)
                 stream.close()

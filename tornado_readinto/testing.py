@@ -14,9 +14,9 @@ import hashlib
 import random
 import socket
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 
@@ -140,7 +140,7 @@ class RecordingSocket:
         return getattr(self._sock, name)
 
 
-ScriptItem = Union[bytes, BaseException, int]
+ScriptItem = bytes | BaseException | int
 
 
 @dataclass

@@ -12,8 +12,8 @@ kind of connection, opened through a `ReadIntoTCPClient`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any, Callable, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from tornado import httputil
 from tornado.concurrent import Future

@@ -67,7 +67,7 @@ def run_meta(module: str, argv: Sequence[str]) -> dict[str, Any]:
     return {
         "command": command_line(module, argv, build["env"], machine),
         "argv": list(argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit_meta(),
         "build": build,
         "machine": machine,

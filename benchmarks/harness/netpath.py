@@ -426,12 +426,18 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def check_argument(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """``--netpath`` defaults to loopback; a path that cannot be set up here
-    ends the command with what it needs (``parser.error``: status 2, no traceback)."""
+    """``--netpath`` defaults to loopback, each path once.  The same on
+    every machine: whether this one can set the paths up is `refusal`'s."""
     args.netpath = list(dict.fromkeys(args.netpath or [LOOPBACK]))
+
+
+def refusal(args: argparse.Namespace) -> str | None:
+    """Why this machine cannot run the paths of ``args.netpath`` (as
+    `check_argument` left it), naming them; None if it can (loopback
+    always can).  A suite's ``unavailable``: the command ends with it
+    before any case runs."""
     reason = unavailable(args.netpath)
-    if reason is not None:
-        parser.error(f"--netpath {','.join(spec.name for spec in args.netpath)}: {reason}")
+    return None if reason is None else f"--netpath {','.join(spec.name for spec in args.netpath)}: {reason}"
 
 
 def column() -> Column[Any]:

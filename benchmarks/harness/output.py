@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Collection, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from .results import R
 from .table import Ratio

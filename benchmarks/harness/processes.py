@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from .verify import CaseFailed
 

@@ -8,8 +8,8 @@ fields naming its case.  Pure code: no I/O.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Hashable, Sequence
-from typing import Any, Callable, ClassVar, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 
 class Repeated:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Hashable, Sequence
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
 
 from .meta import run_meta
 from .output import finish, from_json, to_json
@@ -55,7 +55,14 @@ class Suite:
         """Add the suite's own flags."""
 
     def check_arguments(self, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-        """Fill in defaults that depend on other flags; ``parser.error`` on bad ones."""
+        """Fill in defaults that depend on other flags; ``parser.error`` on bad ones.
+        The same on every machine: what this one lacks is `unavailable`'s."""
+
+    def unavailable(self, args: argparse.Namespace) -> str | None:
+        """What this machine lacks to run ``args`` (a tool, root), or None.
+        `main` refuses the command with it before anything runs; parsing
+        (`parse_args`, ``publish --remake --dry-run``) does not ask."""
+        return None
 
     def run(self, args: argparse.Namespace, argv: Sequence[str]) -> int:
         """Run, print the results; the exit status."""
@@ -77,9 +84,15 @@ class Suite:
         return args
 
     def main(self, argv: Sequence[str] | None = None) -> int:
-        """``python -m benchmarks NAME ARGV`` (or the suite's own module)."""
+        """``python -m benchmarks NAME ARGV`` (or the suite's own module): a
+        command this machine cannot run (`unavailable`) ends with the reason
+        (``parser.error``: status 2, no traceback) before anything runs."""
         argv = list(sys.argv[1:] if argv is None else argv)
-        return self.run(self.parse_args(argv), argv)
+        args = self.parse_args(argv)
+        reason = self.unavailable(args)
+        if reason is not None:
+            self.parser().error(reason)
+        return self.run(args, argv)
 
 
 class TableSuite(Suite, Generic[C, R]):

@@ -6,9 +6,9 @@ Pure functions: no I/O.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic
+from typing import Generic
 
 from .results import R
 from .units import format_ratio

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Collection, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 MiB = 1 << 20
 

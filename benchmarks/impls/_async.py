@@ -10,9 +10,9 @@ import asyncio
 import collections
 import socket
 import ssl
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from time import perf_counter
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ._common import Buffer, CasePlan, ConnClosed, ConnStats, MessageRing, Recorder
 

@@ -7,8 +7,8 @@ Over TLS (``benchmarks.load --tls``) the server listens on ``tls://``.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable, Sequence
-from typing import Any, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from ._async import HOST, SelfListeningConn
 from ._common import Buffer, ConnClosed

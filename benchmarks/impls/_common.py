@@ -10,11 +10,11 @@ import random
 import resource
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.harness.cpu import process_cpu_s
 

@@ -10,8 +10,8 @@ path dask uses for array data: out of band, zero copy on send).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import Any, Callable, ClassVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar
 
 from ._async import HOST, SelfListeningConn
 from ._common import Buffer, ConnClosed

@@ -13,9 +13,9 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any
 
 from ._async import HOST
 from ._common import (
