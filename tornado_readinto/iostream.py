@@ -1028,11 +1028,11 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
                     return
         ReadIntoIOStream._writable(self)
 
-    def close(self, exc_info: Any = False) -> None:
-        """As `ReadIntoIOStream.close`; first empties this thread's OpenSSL
-        error queue, where the error the stream closes for may have left
-        entries that would fail the next read of another connection (see
-        `tornado_readinto._sslerrors`)."""
-        if not self._closed:
-            _sslerrors.clear()
-        ReadIntoIOStream.close(self, exc_info)
+    def close_fd(self) -> None:
+        """As stock (close the socket), after emptying this thread's OpenSSL
+        error queue: the error the stream closes for may have left entries
+        there that would fail the next read of another connection (see
+        `tornado_readinto._sslerrors`).  `close` calls it once, in the loop
+        callback where the error was raised."""
+        _sslerrors.clear()
+        super().close_fd()
