@@ -34,12 +34,16 @@ async def _echo_round_trips(scheme, rounds_before, count):
     Python, make round trips until the streams keep the GIL across socket
     calls, then count the loop thread's releases over ``count`` more."""
 
+    served = asyncio.Event()
+
     async def echo(comm):
         try:
             while True:
                 await comm.write(await comm.read())
         except Exception:  # closed at the end
             pass
+        finally:
+            served.set()
 
     async with listen(f"{scheme}://127.0.0.1:0", echo) as listener:
         comm = await connect(listener.contact_address)
@@ -63,6 +67,9 @@ async def _echo_round_trips(scheme, rounds_before, count):
                 turns = await _turns_per_round_trip(comm, count)
         finally:
             comm.abort()
+        # The caller closes the loop next: let the server's handler end first
+        # (see tests/test_served_tasks.py).
+        await served.wait()
     return counter.counts, turns
 
 
