@@ -79,6 +79,14 @@ class _Streamed(web.RequestHandler):
 
     def on_connection_close(self):
         EVENTS.append(("streamed closed", sum(self.sizes)))
+        for event in STREAMED_CLOSED:
+            event.set()
+
+
+#: Events that `_Streamed.on_connection_close` sets: Tornado calls it from the
+#: stream's close callback, which may run after the server has dropped the
+#: connection, so a test that expects it waits for it.
+STREAMED_CLOSED: list[asyncio.Event] = []
 
 
 #: What the response handlers send (made before any tracing starts).
@@ -389,11 +397,16 @@ def test_http_body_truncated_by_the_client_closes_cleanly(reads, caplog, path):
             sock.sendall(_pattern(sent))
 
     async def main():
+        closed = asyncio.Event()
+        STREAMED_CLOSED[:] = [closed]
         server, port = await _serve()
         try:
             await asyncio.get_running_loop().run_in_executor(None, client, port)
             await wait_no_connections(server)
+            if path == "/streamed":
+                await closed.wait()
         finally:
+            STREAMED_CLOSED.clear()
             await stop_server(server)
 
     with caplog.at_level(logging.WARNING):
