@@ -13,7 +13,6 @@ that way whenever a nanny closed its registration comm.  With OpenSSL 3.0
 
 from __future__ import annotations
 
-import _ssl
 import ctypes
 
 import pytest
@@ -26,23 +25,17 @@ from .conftest import run
 SHORT_CONNECTIONS = 20
 
 
-def _peek_error_function():
-    path = getattr(_ssl, "__file__", None)
-    function = (ctypes.CDLL(path) if path else ctypes.CDLL(None)).ERR_peek_error
-    function.argtypes = []
-    function.restype = ctypes.c_ulong
-    return function
-
-
-ERR_PEEK_ERROR = _peek_error_function()
+LIBCRYPTO = _sslerrors.libcrypto()
+ERR_PEEK_ERROR = LIBCRYPTO.ERR_peek_error
+ERR_PEEK_ERROR.argtypes = []
+ERR_PEEK_ERROR.restype = ctypes.c_ulong
 
 
 def _queue_an_error() -> None:
     """Queue one entry on this thread (OpenSSL 3's ``ERR_raise``: a macro
     over ``ERR_new`` and ``ERR_set_error``; library 20 is ERR_LIB_SSL)."""
-    library = ctypes.CDLL(getattr(_ssl, "__file__", None))
-    library.ERR_new()
-    library.ERR_set_error(ctypes.c_int(20), ctypes.c_int(65), None)
+    LIBCRYPTO.ERR_new()
+    LIBCRYPTO.ERR_set_error(ctypes.c_int(20), ctypes.c_int(65), None)
 
 
 def test_sslerrors_reaches_the_ssl_modules_libcrypto():

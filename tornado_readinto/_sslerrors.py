@@ -31,19 +31,28 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-__all__ = ["AVAILABLE", "clear"]
+__all__ = ["AVAILABLE", "clear", "libcrypto"]
 
 
-def _find_err_clear_error() -> Callable[[], None] | None:
+def libcrypto() -> ctypes.CDLL | None:
+    """A handle that resolves the libcrypto the ``ssl`` module uses, or None
+    where ``_ssl`` or ctypes cannot give one."""
     try:
         import _ssl
 
         path = getattr(_ssl, "__file__", None)
         # A shared _ssl module: its handle resolves the libcrypto it was
         # linked with.  Built into the interpreter: the interpreter's own.
-        library = ctypes.CDLL(path) if path else ctypes.CDLL(None)
-        function = library.ERR_clear_error
-    except (ImportError, OSError, AttributeError):
+        return ctypes.CDLL(path) if path else ctypes.CDLL(None)
+    except (ImportError, OSError):
+        return None
+
+
+def _find_err_clear_error() -> Callable[[], None] | None:
+    library = libcrypto()
+    try:
+        function = library.ERR_clear_error  # type: ignore[union-attr]
+    except AttributeError:
         return None
     function.argtypes = []
     function.restype = None
