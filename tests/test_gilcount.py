@@ -143,7 +143,7 @@ def test_release_counts_difference_and_plain_data():
         counter.uninstall()
     since = counter.snapshot().minus(first)
     assert since.total() == 2
-    assert since.as_dict() == {"calls": {"other/sleep": 2}, "polls": {}, "entries": 0}
+    assert since.as_dict() == {"calls": {"other/sleep": 2}, "polls": {}, "entries": 0, "entered": {}}
     assert ReleaseCounts().total() == 0
 
 
@@ -193,19 +193,24 @@ def test_release_counter_entries_are_returns_from_a_c_loop_into_python(loop_name
                 await asyncio.sleep(0)  # the task steps again from a ready callback
         finally:
             counter.uninstall()
-        return counter.counts.entries
+        return counter.counts
 
     # No collection in the window: a finalizer that the collector runs (an
     # earlier test's garbage) enters Python from C too, and would count.
     gc.collect()
     gc.disable()
     try:
-        entries = loop.run_until_complete(main())
+        counts = loop.run_until_complete(main())
     finally:
         gc.enable()
         loop.close()
+    entries = counts.entries
+    assert sum(counts.entered.values()) == entries, counts
     if loop_name == "uvloop":
-        assert entries == 3
+        # What each entry entered: the coroutine, resumed by its task's step.
+        assert entries == 3 and counts.entered == {
+            f"{__name__}:test_release_counter_entries_are_returns_from_a_c_loop_into_python.<locals>.main": 3
+        }, counts
     else:
         assert entries <= 1  # asyncio's Handle that ran the installing step returns: nothing to count
     outside = ReleaseCounter()

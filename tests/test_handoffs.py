@@ -12,6 +12,7 @@ message; it was 2 before `tornado_readinto._eager`)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -55,6 +56,12 @@ async def _echo_round_trips(scheme, rounds_before, count):
                     if i > 10 and _gilheld.held(time.perf_counter()):
                         break
                 assert _gilheld.held(time.perf_counter()), "no stall seen: the socket calls still release the GIL"
+                # The collector would run earlier tests' finalizers (a
+                # coroutine's ``finally``, a ``__del__``) on this thread, some
+                # straight from the loop's C code: entries that are no return
+                # from libuv.  Collected before, paused during the count.
+                gc.collect()
+                gc.disable()
                 counter = ReleaseCounter()
                 counter.install()
                 try:
@@ -64,6 +71,7 @@ async def _echo_round_trips(scheme, rounds_before, count):
                         assert (await comm.read())["i"] == i
                 finally:
                     counter.uninstall()
+                    gc.enable()
                 turns = await _turns_per_round_trip(comm, count)
         finally:
             comm.abort()

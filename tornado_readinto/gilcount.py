@@ -184,6 +184,9 @@ class ReleaseCounts:
     #: Entries into Python from C code under the loop (see `ReleaseCounter`):
     #: on uvloop, each is a return from libuv to Python, which takes the GIL.
     entries: int = 0
+    #: The same entries by what was entered (``module:qualname`` of the code
+    #: called): which callbacks a count is made of.
+    entered: Counter[str] = field(default_factory=Counter)
 
     def total(self, origin: str | None = None, kind: str | None = None) -> int:
         """Calls of ``origin`` and ``kind`` (None: any)."""
@@ -196,7 +199,10 @@ class ReleaseCounts:
 
     def minus(self, other: ReleaseCounts) -> ReleaseCounts:
         """What was counted since ``other`` (a `ReleaseCounter.snapshot`)."""
-        return ReleaseCounts(self.calls - other.calls, self.polls - other.polls, self.entries - other.entries)
+        return ReleaseCounts(
+            self.calls - other.calls, self.polls - other.polls, self.entries - other.entries,
+            self.entered - other.entered,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON): ``{"calls": {"ours/socket": n, ...}, "polls": {...}}``."""
@@ -204,6 +210,7 @@ class ReleaseCounts:
             "calls": {f"{o}/{k}": n for (o, k), n in sorted(self.calls.items())},
             "polls": dict(self.polls),
             "entries": self.entries,
+            "entered": dict(self.entered),
         }
 
 
@@ -244,12 +251,14 @@ class ReleaseCounter:
     def snapshot(self) -> ReleaseCounts:
         """A copy of the counts so far."""
         counts = self.counts
-        return ReleaseCounts(Counter(counts.calls), Counter(counts.polls), counts.entries)
+        return ReleaseCounts(Counter(counts.calls), Counter(counts.polls), counts.entries, Counter(counts.entered))
 
     def _hook(self, frame: FrameType, event: str, arg: Any) -> None:
         if event != "c_call":
             if event == "call" and frame.f_back is self._base:
                 self.counts.entries += 1
+                code = frame.f_code
+                self.counts.entered[f"{frame.f_globals.get('__name__', '?')}:{code.co_qualname}"] += 1
             return
         kind = _kind(arg)
         if kind is None:
