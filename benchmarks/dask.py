@@ -72,6 +72,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
     sys.exit("run this benchmark as a module: python -m benchmarks dask")
 
 from benchmarks import dask_busyworker as busy
+from benchmarks import dask_users as users
 from benchmarks import harness as h
 from benchmarks.dask_tasks import checksum, environ_of, inc, make_array, make_partition, nunique_keys
 from benchmarks.harness import barefetch, check, netpath, switchroutes
@@ -141,6 +143,7 @@ METRICS: dict[str, Metric] = {
     "rechunk": Metric("s", False, h.format_seconds),
     "shuffle": Metric("s", False, h.format_seconds),
     **{row: Metric(*spec) for row, spec in busy.METRICS_BY_ROW.items()},
+    **{row: Metric("s wall", False, h.format_seconds) for row in users.WORKLOADS},
 }
 
 
@@ -153,6 +156,7 @@ def metric_of(row: str) -> Metric:
 ROWS: dict[str, tuple[str, ...]] = {
     **{name: (name,) for name in ("rpc", "tasks", "chain", "transfer", "transfer-cold", "full", "rechunk", "shuffle")},
     "busy-worker": busy.BUSY_ROWS,  # each suffixed with its variant: busy-worker-rpc[arith]
+    **{name: (name,) for name in users.WORKLOADS},
 }
 WORKLOADS = tuple(ROWS)
 
@@ -164,8 +168,8 @@ FRESH_CLUSTER_WORKLOADS = ("transfer-cold", "busy-worker")
 PAIR_WORKLOADS: dict[str, tuple[str, ...]] = {
     "tcp": WORKLOADS,
     "tls": ("rpc", "transfer", "transfer-cold", "busy-worker"),
-    "switch": ("rpc", "transfer", "transfer-cold"),
-    "switch-tls": ("rpc", "transfer", "transfer-cold"),
+    "switch": ("rpc", "transfer", "transfer-cold", *users.WORKLOADS),
+    "switch-tls": ("rpc", "transfer", "transfer-cold", *users.WORKLOADS),
     # The client and the scheduler are stock there: only worker-to-worker transfers differ.
     "switch-sink": ("transfer", "transfer-cold"),
     "switch-source": ("transfer", "transfer-cold"),
@@ -956,6 +960,60 @@ def run_fresh_workload(
     return results
 
 
+def run_user_workload(
+    workload: str, pair: str, args: argparse.Namespace, progress: Callable[[str], None]
+) -> list[DaskResult]:
+    """A `benchmarks.dask_users` workload: stock against the README's block,
+    each repetition a fresh driver process, alternating; then
+    ``--user-profile`` sampled repetitions per side for the comm's share of
+    the CPU (`users.comm_share`), recorded in each result's ``extra``."""
+    scheme = users.PAIRS[pair]
+    protocols = (scheme, scheme + SWITCHED)
+    results = [DaskResult(workload, p, scheme) for p in protocols]
+
+    def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        return users.run_driver(users.spec_of(workload, scheme, i == 1, args), args.timeout)
+
+    run_alternating(workload, protocols, args, rep, *keep_in(results), progress)
+    for _, i in h.alternation(args.user_profile, 2):
+        if not results[i].ok:
+            continue
+        try:
+            measured = users.run_driver(users.spec_of(workload, scheme, i == 1, args, profile=True), args.timeout)
+        except Exception as exc:  # noqa: BLE001 - recorded: the share is then unknown
+            results[i].extra["profile_error"] = f"{type(exc).__name__}: {exc}"
+            continue
+        results[i].extra.setdefault("profiles", []).append({"samples": measured["samples"], "cpu_s": measured["cpu_s"]})
+        share = users.comm_share(measured["samples"])
+        progress(f"{workload} {protocols[i]}: sampled, comm share {'-' if share is None else f'{share:.0%}'}")
+    for r in results:
+        samples = [p["samples"] for p in r.extra.get("profiles", [])]
+        merged: dict[str, Counter[str]] = {}
+        for by_role in samples:
+            for role, counts in by_role.items():
+                merged.setdefault(role, Counter()).update(counts)
+        r.extra["comm_share"] = users.comm_share(merged) if merged else None
+    return results
+
+
+def user_cpu(r: DaskResult) -> list[float]:
+    """Per repetition of a `users.WORKLOADS` row: CPU seconds of the
+    processes that matter (µs per task of the scheduler for scheduler-scale)."""
+    if r.workload == "scheduler-scale":
+        return [x for x in r.values("scheduler_us_per_task") if x is not None]
+    spent = [rep.get("cpu_s") or {} for rep in r.repeats]
+    return [sum(v for v in by_role.values() if v is not None) for by_role in spent if by_role]
+
+
+def _user_cpu_cell(results: Sequence[DaskResult], r: DaskResult) -> str:
+    values = user_cpu(r) if r.workload in users.WORKLOADS else []
+    if not values:
+        return ""
+    unit = "us/task" if r.workload == "scheduler-scale" else "CPU s"
+    share = r.extra.get("comm_share")
+    return f"{h.format_spread(values, h.format_number)} {unit}" + ("" if share is None else f", comm {share:.0%}")
+
+
 # -- the suite ------------------------------------------------------------------------------------
 
 
@@ -1002,20 +1060,22 @@ def _run_pair(pair: str, args: argparse.Namespace, tmp: str, progress: Callable[
     security = make_security(tmp) if baseline == "tls" else None
     runnable = []
     for workload in workloads:
-        reason = shuffle_unavailable() if workload == "shuffle" else None
+        reason = shuffle_unavailable() if workload in ("shuffle", "p2p-shuffle") else None
         if reason is not None:
             results += [
                 DaskResult(row, p, baseline, skipped=reason) for row in ROWS[workload] for p in (baseline, readinto)
             ]
         else:
             runnable.append(workload)
-    shared = [w for w in runnable if w not in FRESH_CLUSTER_WORKLOADS]
+    shared = [w for w in runnable if w not in FRESH_CLUSTER_WORKLOADS and w not in users.WORKLOADS]
     if shared:
         started = time.perf_counter()
         with open_side(baseline, security, args) as a, open_side(readinto, security, args) as b:
             progress(f"{pair} pair: clusters up in {time.perf_counter() - started:.1f}s")
             for workload in shared:
                 results += run_workload(workload, (a, b), baseline, args, progress)
+    for workload in (w for w in runnable if w in users.WORKLOADS):  # fresh driver processes (`benchmarks.dask_users`)
+        results += run_user_workload(workload, pair, args, progress)
     for workload in (w for w in runnable if w in FRESH_CLUSTER_WORKLOADS):  # the shared ones are gone
         if workload == "busy-worker":
             results += run_busy_worker((baseline, readinto), security, args, progress)
@@ -1069,7 +1129,9 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         p.add_argument(
             "--workload",
             type=h.csv(h.choice("workload", WORKLOADS)),
-            help=f"comma list (default: all: {','.join(WORKLOADS)}; with --netpath {','.join(NETPATH_WORKLOADS)};"
+            help=f"comma list (default: all but those users run ({','.join(users.WORKLOADS)}, which run on the"
+            f" switch pairs only: alone, their default pairs are switch,switch-tls); with --netpath"
+            f" {','.join(NETPATH_WORKLOADS)};"
             f" the tls pair runs {','.join(PAIR_WORKLOADS['tls'])})",
         )
         p.add_argument(
@@ -1165,6 +1227,36 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             " repeatable; e.g. TORNADO_READINTO_HOLD_GIL=0 or TORNADO_READINTO_NO_EXTENSIONS=1 (the scheduler and"
             " the client share this process, which keeps its own)",
         )
+        p.add_argument(
+            "--user-shuffle-days", type=h.positive_int, default=240,
+            help="p2p-shuffle: days of dask.datasets.timeseries at 1 row/s (default: 240, about 1 GB)",
+        )  # fmt: skip
+        p.add_argument(
+            "--user-shuffle-partitions", type=h.positive_int, default=48, help="p2p-shuffle: partitions (default: 48)"
+        )
+        p.add_argument(
+            "--user-rechunk-size", type=h.parse_size, default=h.parse_size("1GiB"),
+            help="p2p-rechunk: the array, about (default: 1GiB), 8 row strips to 8 column strips",
+        )  # fmt: skip
+        p.add_argument(
+            "--user-arrays", type=h.positive_int, default=8,
+            help="gather, scatter: arrays of --transfer-size per repeat (default: 8)",
+        )  # fmt: skip
+        p.add_argument(
+            "--scale-workers", type=h.positive_int, default=64, help="scheduler-scale: workers (default: 64)"
+        )
+        p.add_argument(
+            "--scale-processes", type=h.positive_int, default=1,
+            help="scheduler-scale: the processes the workers run in (default: 1)",
+        )  # fmt: skip
+        p.add_argument(
+            "--scale-tasks", type=h.positive_int, default=10_000, help="scheduler-scale: tiny tasks (default: 10000)"
+        )
+        p.add_argument(
+            "--user-profile", type=int, default=1,
+            help="p2p-shuffle ... scheduler-scale: sampled (untimed) repeats per side for the comm's share of the"
+            " CPU, with py-spy (default: 1; 0: none)",
+        )  # fmt: skip
         p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
@@ -1173,9 +1265,13 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
             p.error("sizes too small")
         args.env = dict(args.env or ())
+        if args.user_profile < 0 or args.scale_processes > args.scale_workers:
+            p.error("--user-profile must be >= 0 and --scale-processes at most --scale-workers")
         if args.netpath is None:
-            args.workload = args.workload or list(WORKLOADS)
-            args.pair = args.pair or ["tcp", "tls"]
+            # The workloads users run compare stock with the README's block: the switch pairs.
+            only_users = bool(args.workload) and set(args.workload) <= set(users.WORKLOADS)
+            args.workload = args.workload or [w for w in WORKLOADS if w not in users.WORKLOADS]
+            args.pair = args.pair or (["switch", "switch-tls"] if only_users else ["tcp", "tls"])
             return
         args.workload = args.workload or list(NETPATH_WORKLOADS)
         args.pair = args.pair or list(NETPATH_DEFAULT_PAIRS)
@@ -1227,6 +1323,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
     def table_columns(self, results: Sequence[DaskResult]) -> Sequence[h.Column[DaskResult]]:
         """With ``--netpath``: the path (off loopback) and the CPU per unit of work, and its ratio."""
         columns = netpath.with_column(self.columns, results, after="protocol")
+        if any(r.workload in users.WORKLOADS for r in results):
+            columns = [*columns, h.Column("CPU (share in the comm)", _user_cpu_cell)]
         if not any(cpu_metric(r) for r in results):
             return columns
         return [
@@ -1260,6 +1358,18 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
                 "busy_size": h.format_size(args.busy_size),
                 "busy_tasks": args.busy_tasks,
                 "busy_heartbeats": args.busy_heartbeats,
+                "user_shuffle": f"{args.user_shuffle_days} days at 1 row/s, {args.user_shuffle_partitions} partitions",
+                "user_rechunk": h.format_size(args.user_rechunk_size),
+                "user_arrays": f"{args.user_arrays} x {h.format_size(args.transfer_size)}",
+                "scheduler_scale": f"{args.scale_workers} workers in {args.scale_processes} processes,"
+                f" {args.scale_tasks} tasks",
+            },
+            "user_workloads": {
+                "fresh_processes": True,
+                "n_workers": 2,
+                "threads_per_worker": 1,
+                "switched_by": users.readme_switch_environment(),
+                "profile_repeats": args.user_profile,
             },
             "busy_shapes": args.busy_shape,
             "switch_intervals": args.switch_interval,

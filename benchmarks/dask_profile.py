@@ -506,7 +506,7 @@ class DaskProfileSuite(h.Suite):
     description = __doc__ or ""
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--pair", choices=sorted(PAIRS), default="tcp", help="tcp (default) or tls")
+        p.add_argument("--pair", choices=sorted(PAIRS), default="tcp", help="a pair of benchmarks.dask (default: tcp)")
         p.add_argument("--rpc", type=int, default=3000, help="RPC round trips per measurement (default: 3000)")
         p.add_argument(
             "--strace-rpc", type=int, default=300, help="RPC round trips counted under strace (default: 300)"
@@ -524,7 +524,7 @@ class DaskProfileSuite(h.Suite):
     def run(self, args: argparse.Namespace, argv: Sequence[str]) -> int:
         results: dict[str, dict[str, Any]] = {}
         with tempfile.TemporaryDirectory() as tmp:
-            security = make_security(tmp) if args.pair == "tls" else None
+            security = make_security(tmp) if PAIRS[args.pair][0] == "tls" else None
             for protocol in PAIRS[args.pair]:
                 with open_side(protocol, security, args) as side:
                     steps = {"rpc": profile_rpc, "transfer": profile_transfer, "chain": profile_chain,
