@@ -83,7 +83,7 @@ if __package__ in (None, ""):  # pragma: no cover - see the module docstring
 from benchmarks import dask_busyworker as busy
 from benchmarks import dask_users as users
 from benchmarks import harness as h
-from benchmarks.dask_tasks import checksum, environ_of, inc, make_array, make_partition, nunique_keys
+from benchmarks.dask_tasks import checksum, environ_of, inc, make_array, make_partition, nunique_keys, usage
 from benchmarks.harness import barefetch, check, netpath, switchroutes
 from benchmarks.harness import plot as plots
 from benchmarks.harness.cpu import host_reported_kib, pretouch
@@ -444,22 +444,24 @@ def rep_transfer_cold(side: Side, args: argparse.Namespace) -> dict[str, Any]:
     arrays, first = side.state.pop("arrays"), side.state.pop("first")
     if args.pretouch:
         client.run(pretouch, len(arrays) * args.transfer_size, workers=[sink])
-    times_before = client.run(os.times, workers=[sink])[sink]
+    before = client.run(usage, workers=[sink])[sink]
     reported = host_reported_kib()
     started = time.perf_counter()
     sums = client.map(checksum, arrays, workers=[sink], allow_other_workers=False, pure=False)
     values = client.gather(sums)
     elapsed = time.perf_counter() - started
     reported = _delta_mib(reported, host_reported_kib())
-    times_after = client.run(os.times, workers=[sink])[sink]
+    after = client.run(usage, workers=[sink])[sink]
     _check_checksums(values, first, args.transfer_size)
     nbytes = len(values) * args.transfer_size
+    gib = nbytes / 2**30
+    # The receiving worker's costs per GiB received: kernel time is where
+    # fresh pages are paid for (see `pretouch`), its page faults say how
+    # many, its context switches how often its loop waited.
+    per_gib = {f"sink_{name}_per_gib": (after[name] - before[name]) / gib for name in after}
     return {"value": nbytes / elapsed / GB, "elapsed_s": elapsed, "nbytes": nbytes, "count": len(values),
             "worker_env": side.worker_env, "pretouch": args.pretouch, "host_reported_mib": reported,
-            # the receiving worker's CPU seconds per GiB received: kernel time
-            # is where fresh pages are paid for (see `pretouch`)
-            "sink_user_s_per_gib": (times_after[0] - times_before[0]) / (nbytes / 2**30),
-            "sink_sys_s_per_gib": (times_after[1] - times_before[1]) / (nbytes / 2**30)}  # fmt: skip
+            **per_gib}  # fmt: skip
 
 
 def _square(nbytes: int, chunk_nbytes: int) -> tuple[int, int]:

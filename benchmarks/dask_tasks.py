@@ -42,6 +42,16 @@ def nunique_keys(df: Any) -> int:
     return int(df["key"].nunique())
 
 
+def usage() -> dict[str, float]:
+    """This process's ``getrusage`` counters: CPU seconds, page faults and
+    context switches (a receiver's cost per byte, counted)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "minflt": ru.ru_minflt, "majflt": ru.ru_majflt,
+            "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw}  # fmt: skip
+
+
 def environ_of(names: Sequence[str]) -> dict[str, str | None]:
     """The values of ``names`` in this process's environment (None: unset)."""
     return {name: os.environ.get(name) for name in names}

@@ -35,9 +35,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dask
 import pytest
@@ -56,6 +56,8 @@ from .test_dask_deploy import (
     connected_client,
 )
 from .test_dask_switch import assert_switched, code_block_after, readme_switch_environment
+
+T = TypeVar("T")
 
 DEPLOYMENT_GUIDE = REPO_ROOT / "docs" / "guides" / "deployment.rst"
 VENV_BIN = str(Path(sys.executable).parent)
@@ -119,11 +121,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def asked_again_over_stock_tls(ask: Callable[[], T]) -> T:
+    """``ask()``, asked again (3 times in all) when a comm fails with
+    `CommClosedError`.  A stock process's tls:// comms fail on CPython
+    3.14/3.15 with OpenSSL 3.4+ when another TLS connection of the process
+    failed just before (an OpenSSL error left queued: python/cpython#148594;
+    this package's streams empty the queue, tornado_readinto._sslerrors): a
+    broadcast from a stock scheduler can then raise for one nanny's comm,
+    and asking again takes new comms."""
+    from distributed.comm import CommClosedError
+
+    for attempt in range(3):
+        try:
+            return ask()
+        except CommClosedError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def pids_of(client: Client) -> list[int]:
-    """The process ids of the scheduler, the workers and the nannies."""
-    pids = [client.run_on_scheduler(os.getpid)]
-    pids += client.run(os.getpid).values()
-    pids += client.run(os.getpid, nanny=True).values()
+    """The process ids of the scheduler, the workers and the nannies (the
+    broadcasts asked again over a stock scheduler's tls://)."""
+    pids = [asked_again_over_stock_tls(lambda: client.run_on_scheduler(os.getpid))]
+    pids += asked_again_over_stock_tls(lambda: client.run(os.getpid)).values()
+    pids += asked_again_over_stock_tls(lambda: client.run(os.getpid, nanny=True)).values()
     return pids
 
 
@@ -348,22 +370,9 @@ def test_gateway_environment_alone_leaves_the_scheduler_stock(tmp_path: Path) ->
     (the gateway's ``--preload`` replaces the config's) and the nannies (the
     CLI's ``--preload-nanny``) are not, and ``verify`` names them."""
     need("dask_gateway_server.backends.local", posix_only=True)
-    from distributed.comm import CommClosedError
-
     with gateway_client(tmp_path, ENVIRONMENT_ONLY) as client:
-        # The stock scheduler speaks stock tls://, whose comms fail on
-        # CPython 3.14/3.15 with OpenSSL 3.4+ when another TLS connection of
-        # the process failed just before (an OpenSSL error left queued:
-        # python/cpython#148594; this package's streams empty the queue,
-        # tornado_readinto._sslerrors).  The broadcast that carries the probe
-        # can then raise for one nanny's comm; asking again takes new comms.
-        for attempt in range(3):
-            try:
-                report = verify(client)
-                break
-            except CommClosedError:
-                if attempt == 2:
-                    raise
+        # The stock scheduler speaks stock tls:// (see asked_again_over_stock_tls).
+        report = asked_again_over_stock_tls(lambda: verify(client))
         for address, entry in report["workers"].items():
             assert_switched(entry, address)
         scheduler = f"scheduler {report['scheduler']['address']}"
