@@ -159,6 +159,10 @@ ROWS: dict[str, tuple[str, ...]] = {
     **{name: (name,) for name in users.WORKLOADS},
 }
 WORKLOADS = tuple(ROWS)
+#: What runs without ``--workload``: all but the workloads users run
+#: (`benchmarks.dask_users`), which compare stock with the README's block
+#: on the switch pairs only.
+DEFAULT_WORKLOADS = tuple(w for w in WORKLOADS if w not in users.WORKLOADS)
 
 #: Workloads that start a fresh cluster for every repetition, after the
 #: shared clusters are closed (the others share one cluster per protocol).
@@ -1272,7 +1276,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         if args.netpath is None:
             # The workloads users run compare stock with the README's block: the switch pairs.
             only_users = bool(args.workload) and set(args.workload) <= set(users.WORKLOADS)
-            args.workload = args.workload or [w for w in WORKLOADS if w not in users.WORKLOADS]
+            args.workload = args.workload or list(DEFAULT_WORKLOADS)
             args.pair = args.pair or (["switch", "switch-tls"] if only_users else ["tcp", "tls"])
             return
         args.workload = args.workload or list(NETPATH_WORKLOADS)

@@ -180,7 +180,10 @@ def test_bench_dask_parse_args() -> None:
     assert args.workload == ["rpc", "chain"] and args.pair == ["tls"]
     assert args.transfer_size == 16 << 20 and args.repeat == 7
     defaults = SUITE.parse_args([])
-    assert defaults.workload == list(bench.WORKLOADS) and defaults.pair == ["tcp", "tls"]
+    assert defaults.workload == list(bench.DEFAULT_WORKLOADS) and defaults.pair == ["tcp", "tls"]
+    # The workloads users run compare stock with the README's block: alone, on the switch pairs.
+    users = SUITE.parse_args(["--workload", "gather,scheduler-scale"])
+    assert users.pair == ["switch", "switch-tls"] and not set(users.workload) & set(defaults.workload)
     assert defaults.repeat >= 5 and defaults.tasks == 20_000 and defaults.chain == 1000
     assert "busy-worker" in defaults.workload and "busy-worker" in bench.PAIR_WORKLOADS["tls"]
     assert defaults.busy_rpc == 100 and defaults.busy_size == 64 << 20
@@ -304,7 +307,7 @@ def test_bench_dask_tiny_real_run_of_every_workload(tmp_path: Path) -> None:
     clusters, the P2P shuffle included (pandas and pyarrow are in the test
     extra).  busy-worker has its own test above."""
     path = tmp_path / "dask.json"
-    shared = [w for w in bench.WORKLOADS if w not in bench.FRESH_CLUSTER_WORKLOADS]
+    shared = [w for w in bench.DEFAULT_WORKLOADS if w not in bench.FRESH_CLUSTER_WORKLOADS]
     argv = [
         "--workload", ",".join(shared),
         "--pair", "tcp", "--repeat", "1", "--warmup", "0", "--rpc", "20", "--tasks", "40", "--chain", "8",

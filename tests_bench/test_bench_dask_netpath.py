@@ -77,7 +77,7 @@ def test_netpath_defaults_and_without_it_nothing_changes() -> None:
     assert args.netpath == [netpath.LOOPBACK]
     assert args.workload == list(bench.NETPATH_WORKLOADS) and args.pair == ["tcp", "switch"]
     plain = SUITE.parse_args([])
-    assert plain.netpath is None and plain.workload == list(bench.WORKLOADS) and plain.pair == ["tcp", "tls"]
+    assert plain.netpath is None and plain.workload == list(bench.DEFAULT_WORKLOADS) and plain.pair == ["tcp", "tls"]
     assert "mtu1500@1gbit" in SUITE.parser().format_help()
 
 
