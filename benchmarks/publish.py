@@ -138,6 +138,8 @@ class Figure:
             return f"{v:.0f}x" if v >= 10 else f"{v:.2f}x"
         if self.unit == "count":
             return f"{v:.0f}"
+        if self.unit == "%":
+            return f"{v:.0f}%"
         if self.unit == "us":
             return f"{v:.1f} us" if v < 100 else f"{v:.0f} us"
         return number(v) if not self.unit else f"{number(v)} {self.unit}"
@@ -609,6 +611,126 @@ def dask_netpath_table(res: Results) -> str:
     return with_source(simple_table(header, rows), res, DASK_NETPATH)
 
 
+USERS = "dask-users.json"
+#: The workloads users run (`benchmarks.dask_users`), in the table's order.
+USER_WORKLOADS = ("p2p-shuffle", "p2p-rechunk", "gather", "scatter", "scheduler-scale")
+USER_SCHEMES = {"tcp": "tcp+switch", "tls": "tls+switch"}
+
+
+def user_cpu(entry: dict[str, Any]) -> list[float]:
+    """Per repeat: CPU seconds of the processes that matter (``cpu_s``), or
+    the scheduler's us per task for ``scheduler-scale``."""
+    if entry["workload"] == "scheduler-scale":
+        return values(entry, "scheduler_us_per_task")
+    return [sum(v for v in r["cpu_s"].values() if v is not None) for r in entry["repeats"] if r.get("cpu_s")]
+
+
+def user_cpu_ratio(workload: str, scheme: str) -> Callable[[Results], Figure]:
+    """The stock side's CPU (`user_cpu`) over the switched side's (above 1: the switched side spends less)."""
+    def get(res: Results) -> Figure:
+        mine, base = dask_entries(res.json(USERS), workload, USER_SCHEMES[scheme])
+        a, b = user_cpu(mine), user_cpu(base)
+        pairs = [y / x for x, y in zip(a, b) if x and y]
+        return Figure(statistics.median(b) / statistics.median(a), (min(pairs), max(pairs)), USERS)
+    return get
+
+
+def user_share(workload: str, scheme: str, protocol: str) -> Callable[[Results], Figure]:
+    """The comm's share of the sampled processes' busy samples, in percent."""
+    def get(res: Results) -> Figure:
+        entry = pick(res.json(USERS), workload=workload, protocol=protocol)
+        return Figure(100 * entry["comm_share"], None, USERS, "%")
+    return get
+
+
+def user_floor(workload: str, protocol: str) -> Callable[[Results], Figure]:
+    """The share (percent) of the sampled processes' busy samples in
+    distributed's serialization and the socket calls: what the switch
+    leaves as stock's."""
+    def get(res: Results) -> Figure:
+        entry = pick(res.json(USERS), workload=workload, protocol=protocol)
+        total: dict[str, int] = {}
+        for profile in entry["profiles"]:
+            for counts in profile["samples"].values():
+                for category, n in counts.items():
+                    total[category] = total.get(category, 0) + n
+        floor = total.get("serialization", 0) + total.get("syscalls", 0)
+        return Figure(100 * floor / sum(total.values()), None, USERS, "%")
+    return get
+
+
+FIGURES.update({
+    **{f"users.{scheme}.scheduler-scale.floor": user_floor("scheduler-scale", protocol)
+       for scheme, protocol in USER_SCHEMES.items()},
+    **{f"users.{scheme}.{wl}": dask_ratio(USERS, wl, protocol)
+       for scheme, protocol in USER_SCHEMES.items() for wl in USER_WORKLOADS},
+    **{f"users.{scheme}.{wl}.cpu": user_cpu_ratio(wl, scheme) for scheme in USER_SCHEMES for wl in USER_WORKLOADS},
+    **{f"users.{scheme}.{wl}.share.{side}": user_share(wl, scheme, protocol)
+       for scheme, switched in USER_SCHEMES.items() for wl in USER_WORKLOADS
+       for side, protocol in (("stock", scheme), ("switched", switched))},
+})
+
+
+#: The longer run of the two rows that lost (15 repetitions, tcp:// only).
+USERS_LONGER = "dask-users-gather.json"
+FIGURES.update({f"users15.tcp.{wl}": dask_ratio(USERS_LONGER, wl, "tcp+switch") for wl in ("gather", "p2p-rechunk")})
+
+
+#: Fresh clusters' 16 x 64 MiB worker-to-worker transfers over tls://, as
+#: they are and with one heuristic off (``--env``, ``--busy-poll``).
+COLD_TLS = {"default": "dask-cold-tls.json", "nohold": "dask-cold-tls-nohold.json",
+            "nobusy": "dask-cold-tls-nobusy.json"}
+
+
+def cold_sink(protocol: str, metric: str) -> Callable[[Results], Figure]:
+    """The receiving worker's ``metric`` per GiB in `COLD_TLS`'s default run."""
+    def get(res: Results) -> Figure:
+        file = COLD_TLS["default"]
+        return measured(pick(res.json(file), workload="transfer-cold", protocol=protocol), metric, file, "")
+    return get
+
+
+FIGURES.update({
+    **{f"coldtls.{name}": dask_ratio(file, "transfer-cold", "tls+switch") for name, file in COLD_TLS.items()},
+    **{f"coldtls.{side}.{key}": cold_sink(protocol, metric)
+       for side, protocol in (("stock", "tls"), ("switched", "tls+switch"))
+       for key, metric in (("faults", "sink_minflt_per_gib"), ("sys", "sink_sys_s_per_gib"))},
+})
+
+
+def user_label(data: Any, workload: str) -> str:
+    """What a row of the workloads users run did, from the sizes its file records."""
+    sizes = data["meta"]["sizes"]
+    return {
+        "p2p-shuffle": f"P2P shuffle, dask.datasets.timeseries, {sizes['user_shuffle']}",
+        "p2p-rechunk": f"P2P rechunk, {sizes['user_rechunk']} float64, row strips to column strips",
+        "gather": f"client.gather, {sizes['user_arrays']} from the workers",
+        "scatter": f"client.scatter, {sizes['user_arrays']} to the workers",
+        "scheduler-scale": f"dask scheduler, {sizes['scheduler_scale']}",
+    }[workload]
+
+
+def users_table(res: Results) -> str:
+    """Stock against the README's block, fresh processes every repetition:
+    seconds, the ratio, the CPU of the processes that matter and the comm's
+    share of their samples."""
+    data = res.json(USERS)
+    rows = []
+    for scheme, switched in USER_SCHEMES.items():
+        for wl in USER_WORKLOADS:
+            mine, base = dask_entries(data, wl, switched)
+            unit = "us/task" if wl == "scheduler-scale" else "s"
+            cpu = [statistics.median(user_cpu(e)) for e in (base, mine)]
+            shares = [figure(res, f"users.{scheme}.{wl}.share.{side}").text for side in ("stock", "switched")]
+            walls = [measured(e, "value", USERS, "s").with_spread for e in (base, mine)]
+            x = figure(res, f"users.{scheme}.{wl}").with_spread
+            rows.append((f"``{scheme}://``", user_label(data, wl), *walls, x,
+                         f"{number(cpu[0])} / {number(cpu[1])} {unit}", " / ".join(shares)))
+    header = ("scheme", "workload", "stock, wall", "switched, wall", "x (spread)", "CPU, stock / switched",
+              "comm share, stock / switched")
+    return with_source(simple_table(header, rows), res, USERS)
+
+
 LOAD_NETPATH = "load-netpath.json"
 LOAD_NETPATHS = ("loopback", "mtu1500", "mtu9000")
 LOAD_NETPATH_SERVERS = ("stock", "readinto", "framed-pool", "asyncio-streams", "asyncio-protocol")
@@ -691,6 +813,7 @@ TABLES: dict[str, Callable[[Results], str]] = {
     "dask.rst": dask_table,
     "dask-busy.rst": dask_busy_table,
     "dask-switch.rst": switch_table,
+    "dask-users.rst": users_table,
     "http.rst": http_table,
     "load.rst": load_table,
     "stock.rst": stock_table,
@@ -785,6 +908,34 @@ QUOTES: list[Quote] = [
     Quote("README.rst", "64 MiB worker-to-worker transfers run at {switch.tcp.transfer:spread} stock tcp:// on a "
                         "warm cluster and at {switch.tcp.transfer-cold:spread} on a fresh one"),
     Quote("README.rst", "hello-world GET at {http.hello:spread} the requests/s of stock Tornado"),
+    Quote("README.rst", "Client-scheduler RPCs gain most: {switch.tcp.rpc:spread} stock tcp://, and "
+                        "{switch.tls.rpc:spread} over tls://"),
+    Quote("README.rst", "a P2P dataframe shuffle of about 1 GB at {users.tcp.p2p-shuffle:spread} stock over tcp:// "
+                        "and {users.tls.p2p-shuffle:spread} over tls://, the comm {users.tcp.p2p-shuffle.share.stock} "
+                        "of the workers' CPU"),
+    Quote("README.rst", "a 1 GiB P2P rechunk at {users.tcp.p2p-rechunk:spread} and {users.tls.p2p-rechunk:spread}, "
+                        "{users15.tcp.p2p-rechunk} over 15 repetitions"),
+    Quote("README.rst", "the client gathering 8 x 64 MiB at {users.tcp.gather:spread} and {users.tls.gather:spread}, "
+                        "{users15.tcp.gather} over 15 repetitions"),
+    Quote("README.rst", "the client scattering 8 x 64 MiB at {users.tcp.scatter:spread} and "
+                        "{users.tls.scatter:spread}"),
+    Quote("README.rst", "a dask scheduler with 64 workers and 10,000 tiny tasks at "
+                        "{users.tcp.scheduler-scale:spread} and {users.tls.scheduler-scale:spread}, with "
+                        "{users.tcp.scheduler-scale.cpu} less CPU per task over tcp://"),
+    # docs/performance.rst, the workloads users run
+    Quote("docs/performance.rst", "over 15 repetitions (benchmarks/results/dask-users-gather.json, python -m "
+                                  "benchmarks.dask --workload gather,p2p-rechunk --pair switch --repeat 15 --warmup 0 "
+                                  "--user-profile 0) {users15.tcp.gather} stock, and the rechunk "
+                                  "{users15.tcp.p2p-rechunk}"),
+    Quote("docs/performance.rst", "about a third of its CPU either way, and distributed's serialization and the "
+                                  "socket calls alone, which the switch leaves as stock's, are "
+                                  "{users.tcp.scheduler-scale.floor} of it over tcp://"),
+    Quote("docs/performance.rst", "the client's gather ({users15.tcp.gather} over 15 repetitions) and the P2P "
+                                  "rechunk ({users15.tcp.p2p-rechunk}) lose on this machine"),
+    Quote("docs/performance.rst", "runs at {coldtls.default:spread}, the switched receiver taking fewer page faults "
+                                  "({coldtls.switched.faults} against {coldtls.stock.faults} per GiB) and less kernel "
+                                  "time ({coldtls.switched.sys} against {coldtls.stock.sys} s per GiB); with the GIL "
+                                  "hold off {coldtls.nohold:spread}, with busy polling off {coldtls.nobusy:spread}"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
