@@ -233,7 +233,7 @@ def gateway_client(tmp_path: Path, recipe: str) -> Iterator[Client]:
             cluster.scale(2)
             with cluster.get_client() as client:
                 try:
-                    client.wait_for_workers(2, timeout=START_TIMEOUT_S)
+                    asked_again_over_stock_tls(lambda: client.wait_for_workers(2, timeout=START_TIMEOUT_S))
                 except TimeoutError as exc:
                     raise AssertionError(f"workers did not join\n{server.log_tail()}") from exc
                 pids = pids_of(client)

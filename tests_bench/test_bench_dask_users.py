@@ -25,14 +25,17 @@ SMALL = [
 ]  # fmt: skip
 
 
-def _run(tmp_path: Path, workloads: tuple[str, ...], pair: str, *more: str) -> list[dict]:
+def _run(tmp_path: Path, workloads: tuple[str, ...], pair: str, *more: str, ok: bool = True) -> list[dict]:
+    """The suite's rows (``ok``: its exit status must be 0)."""
     path = tmp_path / "dask.json"
     argv = ["--workload", ",".join(workloads), "--pair", pair, "--repeat", "1", "--warmup", "0", *SMALL, *more,
             "--json", str(path)]  # fmt: skip
-    assert SUITE.main(argv) == 0
+    status = SUITE.main(argv)
+    assert status == 0 or not ok, status
     return json.loads(path.read_text())["results"]
 
 
+@pytest.mark.timeout(900)
 def test_every_user_workload_checks_its_result_stock_and_switched(tmp_path: Path) -> None:
     rows = _run(tmp_path, users.WORKLOADS, "switch", "--user-profile", "0")
     assert [(r["workload"], r["protocol"]) for r in rows] == [
@@ -56,11 +59,26 @@ def test_every_user_workload_checks_its_result_stock_and_switched(tmp_path: Path
     assert scale["scheduler_us_per_task"] > 0
 
 
+def _stock_tls_lost(rows: list[dict]) -> bool:
+    """A stock tls:// side that failed or lost its sampled repetition: on
+    CPython 3.14/3.15 with OpenSSL 3.4+, stock distributed's TLS comms can
+    lose a connection to an OpenSSL error left queued by another one
+    (python/cpython#148594; this package's streams empty the queue), and
+    its driver then fails or waits out ``--timeout``."""
+    stock = [r for r in rows if r["protocol"] == "tls"]
+    return any(r["status"] != "ok" or "profile_error" in r for r in stock)
+
+
+@pytest.mark.timeout(900)
 def test_user_workloads_over_tls_with_the_comm_share_sampled(tmp_path: Path) -> None:
     """Over tls:// (``Security.temporary()``; the CLI scheduler: a CA's
     files), and one py-spy-sampled repetition per side: the comm's share of
-    the sampled processes' busy samples is recorded."""
-    rows = _run(tmp_path, ("gather", "scheduler-scale"), "switch-tls", "--user-profile", "1")
+    the sampled processes' busy samples is recorded.  Run again, once, when
+    the stock side lost a connection to CPython's TLS bug (`_stock_tls_lost`)."""
+    args = ("--user-profile", "1", "--timeout", "120")
+    rows = _run(tmp_path, ("gather", "scheduler-scale"), "switch-tls", *args, ok=False)
+    if _stock_tls_lost(rows):
+        rows = _run(tmp_path, ("gather", "scheduler-scale"), "switch-tls", *args)
     assert [(r["workload"], r["protocol"]) for r in rows] == [
         (w, p) for w in ("gather", "scheduler-scale") for p in ("tls", "tls+switch")
     ]
