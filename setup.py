@@ -1,5 +1,5 @@
 """Build the compiled core: Cython's pure-Python mode compiles
-``tornado_readinto/_emptyproof.py``, ``_lowat.py``, ``_policy.py``, ``_sockcalls.py``, ``_readcore.py``, ``_streamcore.py``,
+``tornado_readinto/core/_emptyproof.py``, ``_lowat.py``, ``_policy.py``, ``_sockcalls.py``, ``_readcore.py``, ``_streamcore.py``,
 ``_facecore.py``, ``writebuffer.py`` and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
 ``busypoll.py``, ``iostream.py``, ``_eager.py``, ``framed.py`` and
 ``allocators.py`` (as they are, no ``.pxd``) into extension modules of the
@@ -18,34 +18,33 @@ Python, which is complete (``tornado_readinto.COMPILED`` is then False).
 
 from __future__ import annotations
 
+import ast
 import os
+import pathlib
 import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules compiled: the same .py, typed by the .pxd beside it (the
-#: first nine) or as it is (the others: ordinary classes, no bytecode).
-COMPILED_MODULES = (
-    "tornado_readinto._emptyproof",
-    "tornado_readinto._lowat",
-    "tornado_readinto._policy",
-    "tornado_readinto._sockcalls",
-    "tornado_readinto._readcore",
-    "tornado_readinto._streamcore",
-    "tornado_readinto._facecore",
-    "tornado_readinto.writebuffer",
-    "tornado_readinto.framing",
-    "tornado_readinto.busypoll",
-    "tornado_readinto.iostream",
-    "tornado_readinto._eager",
-    "tornado_readinto.framed",
-    "tornado_readinto.allocators",
-)
+
+def _package_list(name: str) -> tuple[str, ...]:
+    """A module list of ``tornado_readinto/__init__.py`` (the one place it is
+    kept), read without importing the package: an isolated build must not
+    run the package's import-time code."""
+    tree = ast.parse((pathlib.Path(__file__).parent / "tornado_readinto" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return tuple(f"tornado_readinto.{module}" for module in ast.literal_eval(node.value))
+    raise SystemExit(f"setup.py: tornado_readinto/__init__.py has no {name}")
+
+
+#: The modules compiled: the same .py, typed by the .pxd beside it where
+#: there is one, or as it is (ordinary classes, no bytecode).
+COMPILED_MODULES = _package_list("_COMPILED_MODULES")
 
 #: The modules compiled from a ``.pyx``: C calls with no ``.py`` of the same
 #: name (the pure build runs a twin that lives elsewhere).
-NATIVE_MODULES = ("tornado_readinto._gilheld_native",)
+NATIVE_MODULES = _package_list("_NATIVE_MODULES")
 
 #: Cython's directives for the core.  ``freethreading_compatible=False``
 #: declares the module as needing the GIL (``Py_mod_gil = Py_MOD_GIL_USED``):

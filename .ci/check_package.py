@@ -14,7 +14,7 @@ and ``twine`` installed).  In a temporary directory, outside the checkout:
    is ``tornado>=6.5,<7`` (msgpack comes with the ``comm`` extra);
 4. a fresh venv gets the wheel alone: ``import tornado_readinto`` works and
    runs the compiled core (``COMPILED``, with the native GIL-keeping socket
-   calls: ``_gilheld.NATIVE``), and ``tornado_readinto.comm`` raises the
+   calls: ``_gilheld.NATIVE``), and ``tornado_readinto.channel.comm`` raises the
    ImportError that names the extra;
 5. the same venv gets ``distributed``: it finds the ``readinto`` and
    ``readinto-tls`` backends through the entry point, and a ``readinto://``
@@ -51,7 +51,7 @@ import sys, tornado_readinto
 assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
 assert tornado_readinto.__version__ == {version!r}, tornado_readinto.__version__
 assert tornado_readinto.COMPILED, "the wheel's compiled core did not import"
-from tornado_readinto import _gilheld
+from tornado_readinto.core import _gilheld
 assert _gilheld.NATIVE, "the wheel's GIL-keeping socket calls are not the native ones"
 from tornado_readinto import FramedStream, ReadIntoIOStream  # no msgpack needed
 try:
@@ -61,11 +61,11 @@ except ImportError:
 else:
     raise SystemExit("msgpack came with the wheel alone")
 try:
-    import tornado_readinto.comm
+    import tornado_readinto.channel.comm
 except ImportError as exc:
     assert "pip install 'tornado_readinto[comm]'" in str(exc), exc
 else:
-    raise SystemExit("tornado_readinto.comm imported without msgpack")
+    raise SystemExit("tornado_readinto.channel.comm imported without msgpack")
 print("wheel alone: ok")
 """
 
@@ -112,7 +112,7 @@ import tornado_readinto
 from tornado_readinto import FramedStream, ReadIntoIOStream
 assert tornado_readinto.__file__.startswith(sys.prefix), tornado_readinto.__file__
 assert tornado_readinto.COMPILED is False, "an extension module was installed with CC=false"
-from tornado_readinto import _gilheld
+from tornado_readinto.core import _gilheld
 assert _gilheld.NATIVE is False, "native GIL-keeping socket calls with CC=false"
 
 async def main():
@@ -182,10 +182,10 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "tests_bench/test_bench_harness.py",
         "benchmarks/__init__.py",
     ]
-    wanted += ["setup.py", "tornado_readinto/_readcore.pxd", "tornado_readinto/_streamcore.pxd", "tornado_readinto/_facecore.pxd"]
-    wanted += ["tornado_readinto/_policy.pxd"]
+    wanted += ["setup.py", "tornado_readinto/core/_readcore.pxd", "tornado_readinto/core/_streamcore.pxd", "tornado_readinto/face/_facecore.pxd"]
+    wanted += ["tornado_readinto/core/_policy.pxd"]
     wanted += ["tornado_readinto/_bytecopy.pxd", "tornado_readinto/_cyshim.py"]
-    wanted += ["tornado_readinto/_gilheld_native.pyx"]
+    wanted += ["tornado_readinto/core/_gilheld_native.pyx"]
     missing = [name for name in wanted if name not in names]
     junk = sorted(
         name for name in names if "__pycache__" in name or name.endswith((".pyc", ".so", ".pyd"))
@@ -201,7 +201,9 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     outside = sorted({f.split("/")[0] for f in files} - {"tornado_readinto", f"tornado_readinto-{version}.dist-info"})
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
-    compiled = sorted(f.split("/")[1].split(".")[0] for f in files if f.endswith((".so", ".pyd")))
+    compiled = sorted(
+        ".".join(f.split("/")[1:]).split(".cpython")[0].split(".abi3")[0] for f in files if f.endswith((".so", ".pyd"))
+    )
     # every module the package checks for its compiled build (COMPILED)
     modules = [*source_value("_COMPILED_MODULES"), *source_value("_NATIVE_MODULES")]
     expected = sorted(modules)
@@ -217,7 +219,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         raise SystemExit(f"wheel: unconditional requirements {required}, expected only tornado>=6.5,<7")
     if ["Provides-Extra", "comm"] not in headers:
         raise SystemExit("wheel: no 'comm' extra")
-    if "readinto = tornado_readinto.dask_backend:ReadIntoTCPBackend" not in entry_points:
+    if "readinto = tornado_readinto.dask.backend:ReadIntoTCPBackend" not in entry_points:
         raise SystemExit(f"wheel: no readinto entry point in\n{entry_points}")
     print(f"contents: sdist {len(names)} files, wheel {len(files)} files, version {version}")
 

@@ -90,7 +90,7 @@ from benchmarks.harness.cpu import host_reported_kib, pretouch
 
 #: ``--pair`` names -> (baseline protocol, readinto protocol).  A protocol
 #: ending in `SWITCHED` is distributed's own scheme with the switch on
-#: (`tornado_readinto.dask_switch`) in the side's scheduler, client and
+#: (`tornado_readinto.dask.switch`) in the side's scheduler, client and
 #: workers: the same addresses, this package's comms.
 PAIRS: dict[str, tuple[str, str]] = {
     "tcp": ("tcp", "readinto"),
@@ -107,7 +107,7 @@ SWITCHED = "+switch"
 BARE_FETCH = "bare-fetch"
 #: A mixed side (``tcp+switch-sink``, ``tcp+switch-source``): a stock
 #: scheduler and client, and of the two workers only the one named
-#: switched, by its own preload (`tornado_readinto.dask_switch.PRELOAD` in
+#: switched, by its own preload (`tornado_readinto.dask.switch.PRELOAD` in
 #: that worker's ``preload``): the sink (worker b, which fetches) or the
 #: source (worker a, which serves), so that every array crosses between a
 #: switched and a stock process, in one direction or the other.  Their
@@ -652,7 +652,7 @@ def check_own_comms(side: Side) -> None:
     package's on a switched or ``readinto://`` side and all distributed's
     on any other (a mixed side's scheduler and client are stock): a
     repetition ran over the comms its row names (`switchroutes`)."""
-    from tornado_readinto.dask_backend import ReadIntoComm
+    from tornado_readinto.dask.backend import ReadIntoComm
 
     expect = side.protocol.endswith(SWITCHED) or side.protocol.startswith("readinto")
     pools = [side.client.rpc, getattr(getattr(side.cluster, "scheduler", None), "rpc", None)]
@@ -672,7 +672,7 @@ def check_switched(client: Any, on: bool) -> None:
     """Every worker's and the scheduler's listener is the switched class
     (``on``), or none is (`dask_switch.verify`, asked of each process; for
     the scheduler, which runs in this process, its listener's class)."""
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     report = dask_switch.verify(client)
     processes = [report["scheduler"], *report["workers"].values()]
@@ -763,7 +763,7 @@ def open_mixed_side(
     ``Side.workers`` is (source, sink), the switched one in its role's place."""
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     check(n_workers == 2 and not cluster_kwargs, f"a mixed side has two workers, not {n_workers} {cluster_kwargs}")
     role = MIXED_ROLES[protocol]

@@ -143,10 +143,10 @@ _counter: Any = None
 
 
 def count_releases() -> int:
-    """Install a `tornado_readinto.gilcount.ReleaseCounter` on the calling
+    """Install a `tornado_readinto.diagnostics.gilcount.ReleaseCounter` on the calling
     (loop) thread; its native id."""
     global _counter
-    from tornado_readinto.gilcount import ReleaseCounter
+    from tornado_readinto.diagnostics.gilcount import ReleaseCounter
 
     _counter = ReleaseCounter()
     _counter.install()

@@ -18,7 +18,7 @@ of the protocol whose turn it is (the protocols alternate), then:
    the worker (*RPC/s*), counting the worker's event-loop thread's context
    switches from ``/proc`` around them (*switches per RPC*), and with
    ``--busy-count`` its GIL-releasing calls by origin
-   (`tornado_readinto.gilcount.ReleaseCounter`: a profile hook that slows the
+   (`tornado_readinto.diagnostics.gilcount.ReleaseCounter`: a profile hook that slows the
    loop thread, so such a run's times are not results);
 5. waits for ``--busy-heartbeats`` heartbeats of the worker at the scheduler
    (in this process) and reports how much later than the worker's own
@@ -38,7 +38,7 @@ from typing import Any
 
 from benchmarks import harness as h
 from benchmarks.harness import check
-from tornado_readinto.gilcount import thread_switches
+from tornado_readinto.diagnostics.gilcount import thread_switches
 
 #: The busy worker: one worker process, two threads.
 BUSY_WORKER_THREADS = 2
@@ -47,7 +47,7 @@ BUSY_WORKER_THREADS = 2
 BUSY_ROWS = ("busy-worker-rpc", "busy-worker-fetch", "busy-worker-task", "busy-worker-latency",
              "busy-worker-heartbeat")  # fmt: skip
 
-#: The dask config key the readinto backend reads (see tornado_readinto.dask_backend).
+#: The dask config key the readinto backend reads (see tornado_readinto.dask.backend).
 SWITCH_INTERVAL_KEY = "distributed.comm.readinto.switch-interval"
 
 

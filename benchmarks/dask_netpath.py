@@ -195,7 +195,7 @@ def open_side(protocol: str, args: argparse.Namespace, path: netpath.NetPath) ->
     import dask
     from distributed import Client
 
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     scheme = "readinto" if protocol == "readinto" else "tcp"
     env = bench.side_env(protocol, args)
@@ -295,7 +295,7 @@ def _check_placed(
 def _check_switched(client: Any, roles: set[str], addresses: dict[str, str]) -> None:
     """The switch is on in the processes of ``roles`` (scheduler, a, b) and in no other
     (`dask_switch.verify`: a worker's comms and listener, the scheduler's listener)."""
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     report = dask_switch.verify(client)
     states = {"scheduler": {report["scheduler"].get("listener_switched", False)}}

@@ -10,7 +10,7 @@ driver SPEC``) that starts its own cluster, times its workload by wall clock
 and checks its result.  The switched side's driver starts with exactly the
 environment block of the README (``.. dask-tcp-switch``, read from
 README.rst), the stock side's with no preload at all; nothing else differs,
-and each driver asks every process (`tornado_readinto.dask_switch.verify`)
+and each driver asks every process (`tornado_readinto.dask.switch.verify`)
 that it is switched, or that none is.  The sides alternate repetition by
 repetition (A B B A ...).
 
@@ -159,7 +159,7 @@ def _security(scheme: str, tmp: str) -> Any:
 def check_switch(client: Any, switched: bool) -> dict[str, Any]:
     """Every process of the client's cluster (scheduler, workers, this
     client) is switched, or none is: ``verify`` asked of each."""
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     report = dask_switch.verify(client)
     nprocesses = 2 + len(report["workers"]) + len(report["nannies"])

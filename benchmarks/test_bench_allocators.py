@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from tornado_readinto.allocators import (
+from tornado_readinto.wire.allocators import (
     BufferPool,
     bytearray_allocator,
     uninitialized_allocator,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from tornado_readinto.framing import NEED_DATA, FrameReader, frames_nbytes, pack_header
+from tornado_readinto.wire.framing import NEED_DATA, FrameReader, frames_nbytes, pack_header
 
 #: messages parsed per benchmark round, so per-call overhead is amortized
 MESSAGES_PER_ROUND = 1000

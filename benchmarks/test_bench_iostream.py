@@ -5,8 +5,8 @@ import pytest
 from tornado.iostream import IOStream
 
 from tornado_readinto import FramedStream, ReadIntoIOStream
-from tornado_readinto.framing import pack_header
-from tornado_readinto.testing import stream_pair
+from tornado_readinto.diagnostics.testing import stream_pair
+from tornado_readinto.wire.framing import pack_header
 
 IMPLS = {"stock": IOStream, "readinto": ReadIntoIOStream}
 NMESSAGES = 200

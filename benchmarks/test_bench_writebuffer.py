@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 from tornado.iostream import _StreamBuffer
 
-from tornado_readinto.writebuffer import ChunkedWriteBuffer
+from tornado_readinto.core.writebuffer import ChunkedWriteBuffer
 
 if TYPE_CHECKING:
     from collections.abc import Callable

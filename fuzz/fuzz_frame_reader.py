@@ -38,10 +38,10 @@ if __name__ == "__main__":  # pragma: no cover - run by libFuzzer
     # minute rewriting Tornado, asyncio and ssl too).
     with atheris.instrument_imports(include=["tornado_readinto"]):
         from tornado_readinto.errors import FramingError
-        from tornado_readinto.framing import NEED_DATA, FrameReader
+        from tornado_readinto.wire.framing import NEED_DATA, FrameReader
 else:
     from tornado_readinto.errors import FramingError
-    from tornado_readinto.framing import NEED_DATA, FrameReader
+    from tornado_readinto.wire.framing import NEED_DATA, FrameReader
 
 MAX_FRAMES = 64
 MAX_FRAME_NBYTES = 1 << 16
@@ -106,7 +106,7 @@ def seed_inputs(regressions: list[bytes] = ()) -> list[bytes]:
     """Well-formed inputs (a control byte, then messages of both formats,
     some in a stream of two) and the kept ``regressions``: what
     `mutation_run` starts from."""
-    from tornado_readinto.framing import message_header, prefixed_message_header
+    from tornado_readinto.wire.framing import message_header, prefixed_message_header
 
     messages = [[b""], [b"x"], [b"ab", b"cde"], [bytes(range(200)), b"", b"z" * 70], [b"q" * 17] * 5]
     seeds = list(regressions)

@@ -56,7 +56,7 @@ def bytes_waiting(sock) -> int:
 
 def connect_attempts(monkeypatch, module):
     """Record every connection attempt made through ``module.open_stream``
-    (`tornado_readinto.comm` or `tornado_readinto.dask_backend`): a list of
+    (`tornado_readinto.channel.comm` or `tornado_readinto.dask.backend`): a list of
     ``"connected"`` / ``"failed"``, one per attempt, in order.  Says "refused
     at once, not retried" as a count instead of a duration."""
     attempts = []
@@ -143,8 +143,8 @@ class HeldCalls:
     functions), recording where each recv was asked to land."""
 
     def __init__(self, monkeypatch):
-        from tornado_readinto import _gilheld, _sockcalls
-        from tornado_readinto.testing import buffer_address
+        from tornado_readinto.core import _gilheld, _sockcalls
+        from tornado_readinto.diagnostics.testing import buffer_address
 
         self.recvs = []  # (address, requested, received or None)
         self.writes = []  # bytes sent per writev
@@ -178,12 +178,12 @@ class HeldCalls:
 @pytest.fixture
 def stream_clock(monkeypatch):
     """An explicit clock for the streams (their core reads ``perf_counter``
-    for busy polling, `tornado_readinto._emptyproof` for how long a short
-    recv proves a socket empty, and `tornado_readinto._sockcalls` to time
+    for busy polling, `tornado_readinto.core._emptyproof` for how long a short
+    recv proves a socket empty, and `tornado_readinto.core._sockcalls` to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
     test process would otherwise make a stream retry a recv it had proved
-    empty (`~tornado_readinto.iostream.DRAINED_VALID_S`)."""
+    empty (`~tornado_readinto.face.iostream.DRAINED_VALID_S`)."""
     clock = Clock()
     patch_stream_clock(monkeypatch, clock)
     return clock
@@ -192,7 +192,7 @@ def stream_clock(monkeypatch):
 def patch_stream_clock(monkeypatch, clock):
     """Make the streams' core (its proof that a socket is empty, and its
     socket calls) read ``clock`` for ``perf_counter``."""
-    from tornado_readinto import _emptyproof, _policy, _sockcalls
+    from tornado_readinto.core import _emptyproof, _policy, _sockcalls
 
     monkeypatch.setattr(_policy, "perf_counter", clock)
     monkeypatch.setattr(_emptyproof, "perf_counter", clock)
@@ -203,7 +203,7 @@ def patch_stream_clock(monkeypatch, clock):
 def _gil_uncontended():
     """Every test starts with the GIL-keeping socket calls off (their switch
     is process-wide, and a test that saw a stall must not change the next)."""
-    from tornado_readinto import _gilheld
+    from tornado_readinto.core import _gilheld
 
     _gilheld.held_until = 0.0
     yield
@@ -249,10 +249,10 @@ def gil_holding_thread():
 
 
 def inject_cpu_limits(monkeypatch, affinity=2, v2=None, v1=None, count=2):
-    """Make `tornado_readinto._cpus` read these CPU limits (affinity, cgroup
+    """Make `tornado_readinto.core._cpus` read these CPU limits (affinity, cgroup
     v2 and v1 quotas in CPUs, cpu_count; None: not known) and forget what it
     had cached; the caller clears the cache again when done."""
-    from tornado_readinto import _cpus
+    from tornado_readinto.core import _cpus
 
     monkeypatch.setattr(_cpus, "affinity_cpus", lambda: affinity)
     monkeypatch.setattr(_cpus, "cgroup_v2_cpus", lambda: v2)

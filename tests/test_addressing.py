@@ -1,4 +1,4 @@
-"""tornado_readinto.addressing: the pure address helpers shared by the comm
+"""tornado_readinto.wire.addressing: the pure address helpers shared by the comm
 layer and the dask backend (no event loop, no sockets)."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tornado_readinto.addressing import (
+from tornado_readinto.wire.addressing import (
     COMM_SCHEMES,
     contact_host,
     parse_address,
@@ -135,7 +135,7 @@ def test_addressing_imports_no_tornado_and_no_socket():
         "import sys\n"
         "for name in ('tornado', 'socket', 'msgpack', 'distributed'):\n"
         "    sys.modules[name] = None\n"
-        "from tornado_readinto.addressing import parse_address, parse_host_port\n"
+        "from tornado_readinto.wire.addressing import parse_address, parse_host_port\n"
         "assert parse_host_port(parse_address('tcp://[::1]:2')[1]) == ('::1', 2)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

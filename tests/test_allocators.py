@@ -1,4 +1,4 @@
-"""Tests of tornado_readinto.allocators: no event loop, no sockets."""
+"""Tests of tornado_readinto.wire.allocators: no event loop, no sockets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tornado_readinto import allocators
-from tornado_readinto.allocators import (
+from tornado_readinto.wire import allocators
+from tornado_readinto.wire.allocators import (
     DEFAULT_MAX_POOLED_NBYTES,
     DEFAULT_MIN_SIZE_CLASS,
     HUGEPAGE_MIN_NBYTES,
@@ -22,7 +22,7 @@ from tornado_readinto.allocators import (
     bytearray_allocator,
     uninitialized_allocator,
 )
-from tornado_readinto.framing import NEED_DATA, FrameReader, pack_header
+from tornado_readinto.wire.framing import NEED_DATA, FrameReader, pack_header
 
 
 def address(buf: Any) -> int:

@@ -62,7 +62,9 @@ _PURE_ENV = {**os.environ, "TORNADO_READINTO_NO_EXTENSIONS": "1"}
 _REPORT_BUILD = textwrap.dedent(
     """
     import tornado_readinto
-    from tornado_readinto import _gilheld, _readcore, _streamcore
+    from tornado_readinto.core import _gilheld
+    from tornado_readinto.core import _readcore
+    from tornado_readinto.core import _streamcore
     print(tornado_readinto.COMPILED, _readcore.__file__, _streamcore.__file__, _gilheld.NATIVE)
     """
 )
@@ -88,8 +90,8 @@ def _native_modules():
 
 def test_compiled_is_a_bool_that_names_the_build():
     assert type(tornado_readinto.COMPILED) is bool
-    assert set(tornado_readinto._COMPILED_MODULES) >= {"_readcore", "_streamcore"}
-    assert set(tornado_readinto._NATIVE_MODULES) == {"_gilheld_native"}
+    assert set(tornado_readinto._COMPILED_MODULES) >= {"core._readcore", "core._streamcore"}
+    assert set(tornado_readinto._NATIVE_MODULES) == {"core._gilheld_native"}
     suffixes = {pathlib.Path(module.__file__).suffix for module in _compiled_modules()}  # type: ignore[arg-type]
     assert suffixes == ({".so"} if tornado_readinto.COMPILED else {".py"}), suffixes
     if tornado_readinto.COMPILED:
@@ -118,7 +120,7 @@ def test_default_build_is_compiled_when_built():
     module of ``_COMPILED_MODULES`` loads from the same build: the stale
     check below and ``setup.py``'s all-or-nothing build see to it.)"""
     env = {k: v for k, v in os.environ.items() if k != "TORNADO_READINTO_NO_EXTENSIONS"}
-    built = any(pathlib.Path(tornado_readinto.__file__).parent.glob("_streamcore.*.so"))  # type: ignore[arg-type]
+    built = any(pathlib.Path(tornado_readinto.__file__).parent.glob("core/_streamcore.*.so"))  # type: ignore[arg-type]
     compiled, _, streamcore, native = _report_build(env)
     assert compiled == str(built), streamcore
     assert native == str(built)  # _gilheld's native calls come with the compiled build
@@ -181,9 +183,9 @@ def test_a_failed_compile_says_so_once_and_builds_nothing(tmp_path):
     assert result.returncode == 0, output
     said = [line for line in output.splitlines() if _FALLBACK in line]
     assert len(said) == 1 and said[0].startswith("tornado_readinto: the compiled core was not built ("), output
-    assert not list((tmp_path / "tornado_readinto").glob("*.so")), output
-    for module in ("_readcore", "_streamcore", *tornado_readinto._NATIVE_MODULES):
-        c = (tmp_path / "tornado_readinto" / f"{module}.c").read_text()
+    assert not list((tmp_path / "tornado_readinto").rglob("*.so")), output
+    for module in ("core._readcore", "core._streamcore", *tornado_readinto._NATIVE_MODULES):
+        c = (tmp_path / "tornado_readinto" / f"{module.replace('.', '/')}.c").read_text()
         assert "{Py_mod_gil, __Pyx_FREETHREADING_COMPATIBLE}" in c
         # with no CYTHON_FREETHREADING_COMPATIBLE macro (setup.py sets none),
         # the directive's default: the GIL is used

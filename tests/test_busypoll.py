@@ -11,8 +11,9 @@ import threading
 
 import pytest
 
-from tornado_readinto import ReadIntoIOStream, busypoll
-from tornado_readinto.busypoll import (
+from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.core import busypoll
+from tornado_readinto.core.busypoll import (
     BUSY_POLL_BUDGET_S,
     MAX_BUDGET_FACTOR,
     MAX_PROBE_INTERVAL,
@@ -20,7 +21,7 @@ from tornado_readinto.busypoll import (
     BusyPoll,
     spinner_for,
 )
-from tornado_readinto.testing import stream_pair
+from tornado_readinto.diagnostics.testing import stream_pair
 
 from .conftest import gil_holding_thread, inject_cpu_limits, run
 
@@ -179,7 +180,7 @@ def test_a_parked_read_never_spins_while_another_thread_runs_python(loop_name, m
     GIL-keeping socket calls, which skip the policy altogether once they are
     on (tests/test_gilheld.py), stay off here: this checks the spinner's own
     refusal."""
-    from tornado_readinto import _gilheld
+    from tornado_readinto.core import _gilheld
 
     monkeypatch.setattr(_gilheld, "note_stall", lambda now: None)
     monkeypatch.setattr(busypoll, "room_to_spin", lambda: True)  # a policy to watch, even on one CPU
@@ -468,7 +469,7 @@ def limits(monkeypatch):
     """Inject the CPU limits the process reads (affinity, cgroup v2 and v1
     quotas, cpu_count), read afresh for each test; the cache is cleared
     again afterwards."""
-    from tornado_readinto import _cpus
+    from tornado_readinto.core import _cpus
 
     yield functools.partial(inject_cpu_limits, monkeypatch)
     _cpus.usable_cpus.cache_clear()

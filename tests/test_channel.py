@@ -1,4 +1,4 @@
-"""tornado_readinto._channel.FramedChannel: the close/abort/error lifecycle
+"""tornado_readinto.channel._channel.FramedChannel: the close/abort/error lifecycle
 shared by comm.Comm and the dask backend's ReadIntoComm."""
 
 import asyncio
@@ -9,8 +9,8 @@ import pytest
 from tornado.iostream import StreamClosedError
 
 from tornado_readinto import FramedStream, ReadIntoIOStream
-from tornado_readinto._channel import FramedChannel
-from tornado_readinto.testing import stream_pair
+from tornado_readinto.channel._channel import FramedChannel
+from tornado_readinto.diagnostics.testing import stream_pair
 
 from .conftest import run
 

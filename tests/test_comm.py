@@ -1,4 +1,4 @@
-"""The dask-free comm layer (tornado_readinto.comm): round trips over tcp, tls
+"""The dask-free comm layer (tornado_readinto.channel.comm): round trips over tcp, tls
 and unix sockets, closing and aborting, connect timeouts, TLS verification,
 Unix socket files, hostile peers on raw sockets, the handshake, pickle
 opt-in, backpressure and cancellation.  Every wait is bounded."""
@@ -21,7 +21,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import tornado_readinto.comm as comm_module
+import tornado_readinto.channel.comm as comm_module
 from tornado_readinto import (
     CommClosedError,
     CommTimeoutError,
@@ -30,8 +30,7 @@ from tornado_readinto import (
     HandshakeError,
     IncompleteReadError,
 )
-from tornado_readinto.allocators import bytearray_allocator, recycling_allocator
-from tornado_readinto.comm import (
+from tornado_readinto.channel.comm import (
     EXT_BUFFER,
     EXT_NDARRAY,
     EXT_PICKLE,
@@ -45,7 +44,8 @@ from tornado_readinto.comm import (
     listen,
 )
 from tornado_readinto.errors import BufferBusyError
-from tornado_readinto.framing import pack_header
+from tornado_readinto.wire.allocators import bytearray_allocator, recycling_allocator
+from tornado_readinto.wire.framing import pack_header
 
 from .conftest import CLOCK_SLACK_S, connect_attempts, run, until
 
@@ -1080,5 +1080,5 @@ def test_listen_returns_a_listener_already_listening(tcp):
 
 
 def test_import_does_not_pull_in_distributed():
-    code = "import sys, tornado_readinto, tornado_readinto.comm; assert 'distributed' not in sys.modules"
+    code = "import sys, tornado_readinto, tornado_readinto.channel.comm; assert 'distributed' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -8,7 +8,7 @@ import pytest
 import trustme
 
 from tornado_readinto import CommClosedError
-from tornado_readinto.comm import connect, listen
+from tornado_readinto.channel.comm import connect, listen
 
 from .conftest import run
 from .test_comm import echo_handler as _echo

@@ -11,10 +11,11 @@ import struct
 import pytest
 from tornado.iostream import IOStream
 
-from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, busypoll
-from tornado_readinto import _facecore as core_module
-from tornado_readinto.allocators import BufferPool
-from tornado_readinto.testing import RecordingSocket, stream_pair
+from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core import busypoll
+from tornado_readinto.diagnostics.testing import RecordingSocket, stream_pair
+from tornado_readinto.face import _facecore as core_module
+from tornado_readinto.wire.allocators import BufferPool
 
 from .conftest import TrackingAllocator, run
 
@@ -394,8 +395,8 @@ async def _dask_rpcs_with_config(scheme: str, nmessages: int) -> None:
 def test_dask_comm_costs_one_recv_one_sendmsg_per_small_message(loop_name, monkeypatch, stream_clock):
     """The listening side of a readinto:// comm, over a recording socket:
     every request is one recv and every answer one sendmsg."""
-    import tornado_readinto.dask_backend  # noqa: F401  (registers the scheme)
-    from tornado_readinto.tcpserver import ReadIntoTCPServer
+    import tornado_readinto.dask.backend  # noqa: F401  (registers the scheme)
+    from tornado_readinto.face.tcpserver import ReadIntoTCPServer
 
     sockets = []
     make_stream = ReadIntoTCPServer.make_stream
@@ -433,7 +434,7 @@ _UVLOOP_TURNS = """
 import asyncio, sys
 import uvloop
 from tests.test_costs import _dask_rpcs
-import tornado_readinto.dask_backend
+import tornado_readinto.dask.backend
 uvloop.new_event_loop().run_until_complete(_dask_rpcs(sys.argv[1], int(sys.argv[2])))
 """
 
@@ -479,7 +480,7 @@ def test_dask_comm_loop_turns_per_small_message(loop_name, scheme):
     callbacks share a turn; readinto:// takes no more than tcp:// and a test
     fails if that grows.  Counted as the difference between runs of 100 and
     300 round trips, so that setup does not count."""
-    import tornado_readinto.dask_backend  # noqa: F401
+    import tornado_readinto.dask.backend  # noqa: F401
 
     if loop_name == "uvloop":
         if shutil.which("strace") is None:

@@ -1,4 +1,4 @@
-"""How many CPUs the process may use (`tornado_readinto._cpus`), on files
+"""How many CPUs the process may use (`tornado_readinto.core._cpus`), on files
 the tests write: cgroup v2 and v1 quotas, nested cgroups, namespaces, and
 missing or malformed files, which must say nothing and never raise."""
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tornado_readinto import _cpus
+from tornado_readinto.core import _cpus
 
 from .conftest import inject_cpu_limits as patch_limits
 

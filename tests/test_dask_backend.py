@@ -27,17 +27,17 @@ from distributed.comm.registry import get_backend
 from distributed.protocol import Serialized, dumps, to_serialize
 from distributed.security import Security
 
-import tornado_readinto.dask_backend as dask_backend
+import tornado_readinto.dask.backend as dask_backend
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.dask_backend import (
+from tornado_readinto.dask.backend import (
     ReadIntoComm,
     ReadIntoTCPBackend,
     ReadIntoTCPListener,
     ReadIntoTLSBackend,
     ReadIntoTLSComm,
 )
-from tornado_readinto.dask_switch import install_backends, switch_off
-from tornado_readinto.framing import pack_header, prefixed_message_header
+from tornado_readinto.dask.switch import install_backends, switch_off
+from tornado_readinto.wire.framing import pack_header, prefixed_message_header
 
 from .conftest import connect_attempts, run
 
@@ -79,7 +79,7 @@ def switched():
 @pytest.fixture(params=["readinto", "readinto-tls", "tcp", "tls"])
 def scheme_args(request, security):
     """(scheme, listen_args, connect_args) for distributed's listen/connect;
-    tcp and tls are served by this package (`tornado_readinto.dask_tcp`)."""
+    tcp and tls are served by this package (`tornado_readinto.dask.tcp`)."""
     if request.param in ("tcp", "tls"):
         request.getfixturevalue("switched")
     if request.param in ("readinto-tls", "tls"):
@@ -512,7 +512,7 @@ def test_dask_busy_poll_comes_from_dask_config_on_both_ends(scheme_args, setting
 
 
 def test_dask_busy_poll_config_rejects_a_negative_duration():
-    from tornado_readinto.dask_backend import stream_kwargs
+    from tornado_readinto.dask.backend import stream_kwargs
 
     with dask.config.set({"distributed.comm.readinto.busy-poll": "-1ms"}):
         with pytest.raises(ValueError, match="distributed.comm.readinto.busy-poll must be a duration >= 0"):
@@ -523,7 +523,7 @@ def test_dask_busy_poll_config_rejects_a_negative_duration():
 
 @pytest.mark.parametrize("value", ["abc", [1]])
 def test_dask_busy_poll_config_rejects_what_is_not_a_duration(value):
-    from tornado_readinto.dask_backend import stream_kwargs
+    from tornado_readinto.dask.backend import stream_kwargs
 
     with dask.config.set({"distributed.comm.readinto.busy-poll": value}):
         with pytest.raises(ValueError, match="must be a duration >= 0"):

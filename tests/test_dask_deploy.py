@@ -40,7 +40,7 @@ import trustme  # noqa: E402
 from distributed import Client, wait  # noqa: E402
 from distributed.security import Security  # noqa: E402
 
-import tornado_readinto.dask_backend as dask_backend  # noqa: E402
+import tornado_readinto.dask.backend as dask_backend  # noqa: E402
 
 from .conftest import connect_attempts  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The switch (`tornado_readinto.dask_switch`): dask's own tcp:// served by
+"""The switch (`tornado_readinto.dask.switch`): dask's own tcp:// served by
 this package in every process, from dask configuration alone, checked from
 the client (`verify`) and from inside each worker; mixed clusters of switched
 and stock processes in both arrangements; the one-call API; turning it off.
@@ -23,8 +23,8 @@ from distributed.comm import tcp as stock_tcp
 from distributed.comm.registry import backends
 
 import tornado_readinto
-from tornado_readinto import dask_switch
-from tornado_readinto.dask_switch import ENVIRONMENT, PRELOAD, PRELOAD_KEYS, status, verify
+from tornado_readinto.dask import switch as dask_switch
+from tornado_readinto.dask.switch import ENVIRONMENT, PRELOAD, PRELOAD_KEYS, status, verify
 from tornado_readinto.errors import NotSwitchedError
 
 from .test_dask_deploy import (
@@ -59,8 +59,8 @@ def stock_here():
 
 def assert_switched(entry: dict[str, Any], where: str) -> None:
     assert entry["switched"] is True, (where, entry)
-    assert entry["tcp"] == "tornado_readinto.dask_tcp.InPlaceTCPBackend", (where, entry)
-    assert entry["tls"] == "tornado_readinto.dask_tcp.InPlaceTLSBackend", (where, entry)
+    assert entry["tcp"] == "tornado_readinto.dask.tcp.InPlaceTCPBackend", (where, entry)
+    assert entry["tls"] == "tornado_readinto.dask.tcp.InPlaceTLSBackend", (where, entry)
     assert entry["build"] == BUILD, (where, entry)
     if "listener" in entry:
         assert entry["listener_switched"] is True, (where, entry)
@@ -128,7 +128,7 @@ def test_status_probe_works_where_the_package_is_missing(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "tornado_readinto", None)  # import raises ImportError
     report = probe()
     assert report["build"] is None and report["version"] is None and report["switched"] is False
-    assert b"tornado_readinto.dask_switch" not in cloudpickle.dumps(status)
+    assert b"tornado_readinto.dask.switch" not in cloudpickle.dumps(status)
 
 
 def test_preload_module_switches_the_importing_process() -> None:
@@ -207,7 +207,7 @@ def test_cli_cluster_switched_by_environment(tmp_path: Path) -> None:
         assert sorted(report["stock"]) == sorted(["client", *nannies]), report["stock"]
         # from inside each worker: its comm to the scheduler is the package's
         kinds = client.run(lambda dask_worker: type(dask_worker.batched_stream.comm).__module__)
-        assert set(kinds.values()) == {"tornado_readinto.dask_backend"}, kinds
+        assert set(kinds.values()) == {"tornado_readinto.dask.backend"}, kinds
         check_worker_to_worker(client, "tcp")
         kill_one_worker_and_recompute(client)
         for address, entry in verify(client)["workers"].items():

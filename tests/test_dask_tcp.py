@@ -1,4 +1,4 @@
-"""dask's own tcp:// and tls:// served by this package (`tornado_readinto.dask_tcp`)
+"""dask's own tcp:// and tls:// served by this package (`tornado_readinto.dask.tcp`)
 against stock distributed's, over real sockets, in both directions: the
 handshake, an empty message, many small frames, a 64 MiB frame, numpy and
 pandas objects; the same bytes on the wire as tcp.py's, byte for byte; and
@@ -30,8 +30,8 @@ from distributed.security import Security
 from tornado.iostream import IOStream
 
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.dask_backend import ReadIntoComm, ReadIntoTLSComm
-from tornado_readinto.dask_tcp import InPlaceTCPBackend, InPlaceTLSBackend
+from tornado_readinto.dask.backend import ReadIntoComm, ReadIntoTLSComm
+from tornado_readinto.dask.tcp import InPlaceTCPBackend, InPlaceTLSBackend
 
 from .conftest import run
 
@@ -358,7 +358,7 @@ def test_keepalive_as_tcp_py_sets_it_but_no_user_timeout() -> None:
 
 
 def test_keepalive_schedule_is_tcp_py_schedule_where_stock_allows_it() -> None:
-    from tornado_readinto._net import keepalive_schedule
+    from tornado_readinto.face._net import keepalive_schedule
 
     for timeout in range(11, 400):
         nprobes = 10

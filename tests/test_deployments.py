@@ -2,7 +2,7 @@
 
 Each test starts a cluster the way the deployment guide
 (``docs/guides/deployment.rst``) says to switch it, then checks from the
-client, with `tornado_readinto.dask_switch.verify`, that the scheduler, every
+client, with `tornado_readinto.dask.switch.verify`, that the scheduler, every
 worker and every nanny is switched (``strict=True``: a stock one is named in
 the failure), and moves numpy arrays made on one worker to the other
 (``check_worker_to_worker``: the sum, and the receiving worker's
@@ -43,8 +43,8 @@ import dask
 import pytest
 from distributed import Client
 
-from tornado_readinto import dask_switch
-from tornado_readinto.dask_switch import PRELOAD, verify
+from tornado_readinto.dask import switch as dask_switch
+from tornado_readinto.dask.switch import PRELOAD, verify
 
 from .test_dask_deploy import (
     REPO_ROOT,
@@ -126,7 +126,7 @@ def asked_again_over_stock_tls(ask: Callable[[], T]) -> T:
     `CommClosedError`.  A stock process's tls:// comms fail on CPython
     3.14/3.15 with OpenSSL 3.4+ when another TLS connection of the process
     failed just before (an OpenSSL error left queued: python/cpython#148594;
-    this package's streams empty the queue, tornado_readinto._sslerrors): a
+    this package's streams empty the queue, tornado_readinto.face._sslerrors): a
     broadcast from a stock scheduler can then raise for one nanny's comm,
     and asking again takes new comms."""
     from distributed.comm import CommClosedError
@@ -307,7 +307,7 @@ import json, sys
 from dask_mpi import initialize
 initialize(interface=sys.argv[2], dashboard=False, dashboard_address="127.0.0.1:0", nthreads=1)
 from distributed import Client
-from tornado_readinto.dask_switch import verify
+from tornado_readinto.dask.switch import verify
 from tests.test_dask_deploy import check_worker_to_worker
 with Client(timeout="30s") as client:
     client.wait_for_workers(2, timeout=60)

@@ -21,9 +21,10 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 from tornado.platform.asyncio import AsyncIOLoop
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _cpus, _gilheld
-from tornado_readinto.iostream import direct_read_loop
-from tornado_readinto.testing import stream_pair
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core import _cpus, _gilheld
+from tornado_readinto.diagnostics.testing import stream_pair
+from tornado_readinto.face.iostream import direct_read_loop
 
 from .conftest import bytes_waiting, new_event_loop, run, until
 
@@ -307,7 +308,7 @@ def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts):
 
 
 def test_direct_read_waiter_runs_inside_the_read_event(loop_name, monkeypatch):
-    """The same-turn wake-up (`tornado_readinto._eager`) holds on the direct
+    """The same-turn wake-up (`tornado_readinto.face._eager`) holds on the direct
     path: the task awaiting the read runs its next step before the READ
     callback returns."""
     monkeypatch.setattr(_gilheld, "held_until", 1.0)  # eager Futures on uvloop too (a stall was seen)
@@ -386,7 +387,7 @@ def test_read_futures_wake_eagerly_on_asyncio_and_once_the_gil_was_seen_contende
     process can run at once: on one CPU the plain one's wake-ups run in
     uvloop's ready queue, one GIL hold per loop turn.  Cancelling either
     closes its stream."""
-    from tornado_readinto import _facecore
+    from tornado_readinto.face import _facecore
 
     monkeypatch.setattr(_cpus, "parallel_cpus", lambda: parallel)
 

@@ -542,6 +542,6 @@ def test_compatibility_block_agrees_with_setup_cfg() -> None:
 
 
 def test_tornado_bound_is_what_the_import_check_enforces() -> None:
-    from tornado_readinto import _tornado_compat
+    from tornado_readinto.face import _tornado_compat
 
     assert _tornado_compat.MIN_TORNADO == (6, 5)

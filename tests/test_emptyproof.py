@@ -1,4 +1,4 @@
-"""The proof that a socket is empty (`tornado_readinto._emptyproof`), one
+"""The proof that a socket is empty (`tornado_readinto.core._emptyproof`), one
 heuristic of the core: alone, on an explicit clock, and switched off in a
 stream over real sockets."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tornado_readinto import ReadIntoIOStream, _emptyproof
-from tornado_readinto._emptyproof import DRAINED_VALID_S, EmptyProof
-from tornado_readinto.testing import RecordingSocket, stream_pair
+from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.core import _emptyproof
+from tornado_readinto.core._emptyproof import DRAINED_VALID_S, EmptyProof
+from tornado_readinto.diagnostics.testing import RecordingSocket, stream_pair
 
 from .conftest import run
 

@@ -9,7 +9,7 @@ import tornado_readinto
 
 def _calls(module_name):
     """``(function, call source)`` for every call in a module of the package."""
-    path = pathlib.Path(tornado_readinto.__file__).parent / f"{module_name}.py"
+    path = pathlib.Path(tornado_readinto.__file__).parent / f"{module_name.replace('.', '/')}.py"
     tree = ast.parse(path.read_text())
     found = []
     for func in ast.walk(tree):
@@ -21,7 +21,7 @@ def _calls(module_name):
 
 
 def test_error_policy_only_fail_closes_with_an_error():
-    for module in ("iostream", "_facecore", "_streamcore", "_readcore", "_policy"):
+    for module in ("face.iostream", "face._facecore", "core._streamcore", "core._readcore", "core._policy"):
         closers = {
             name
             for name, callee, call in _calls(module)
@@ -32,7 +32,7 @@ def test_error_policy_only_fail_closes_with_an_error():
 
 
 def test_error_policy_only_fail_logs():
-    for module in ("iostream", "_facecore", "_streamcore", "_readcore", "_policy"):
+    for module in ("face.iostream", "face._facecore", "core._streamcore", "core._readcore", "core._policy"):
         loggers = {name for name, callee, _ in _calls(module) if callee.startswith("gen_log.")}
         # _dispatch_events' warning about an event for a closed stream closes
         # nothing (the body of Tornado's _handle_events; ours wraps it).

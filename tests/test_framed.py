@@ -22,9 +22,9 @@ from tornado_readinto import (
     ReadIntoIOStream,
     SSLReadIntoIOStream,
 )
-from tornado_readinto.allocators import BufferPool, bytearray_allocator, uninitialized_allocator
+from tornado_readinto.diagnostics.testing import RecordingSocket, buffer_address, stream_pair
 from tornado_readinto.errors import BufferBusyError
-from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+from tornado_readinto.wire.allocators import BufferPool, bytearray_allocator, uninitialized_allocator
 
 from .conftest import CLOCK_SLACK_S, TrackingAllocator, bytes_waiting, run, until
 

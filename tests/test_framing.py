@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tornado_readinto.errors import FrameTooLargeError, FramingError, ReadIntoError
-from tornado_readinto.framing import (
+from tornado_readinto.wire.framing import (
     DEFAULT_MAX_FRAME_NBYTES,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_MESSAGE_NBYTES,
@@ -884,8 +884,8 @@ def test_framing_and_allocators_import_without_tornado_or_socket() -> None:
         import sys
         sys.modules["tornado"] = None
         sys.modules["socket"] = None
-        import tornado_readinto.framing as framing
-        import tornado_readinto.allocators as allocators
+        import tornado_readinto.wire.framing as framing
+        import tornado_readinto.wire.allocators as allocators
         assert not any(m.startswith("tornado.") for m in sys.modules), sorted(sys.modules)
         reader = framing.FrameReader(allocators.BufferPool(min_pooled_nbytes=0))
         reader.feed(framing.pack_header([2]) + b"ok")

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tornado_readinto.errors import FramingError
-from tornado_readinto.framing import (
+from tornado_readinto.wire.framing import (
     NEED_DATA,
     FrameReader,
     frames_nbytes,

@@ -114,7 +114,7 @@ def test_fuzz_mutation_run_finds_a_bug_past_the_seeds(monkeypatch):
     field makes one) is caught, the input named."""
     import fuzz_frame_reader
 
-    from tornado_readinto.framing import NEED_DATA
+    from tornado_readinto.wire.framing import NEED_DATA
 
     class BrokenReader(fuzz_frame_reader.FrameReader):
         def next_message(self):

@@ -1,4 +1,4 @@
-"""The counting tools of `tornado_readinto.gilcount`: they count (context
+"""The counting tools of `tornado_readinto.diagnostics.gilcount`: they count (context
 switches, GIL-releasing calls by origin, polls by timeout), never time."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tornado_readinto.gilcount import CountingSelector, ReleaseCounter, ReleaseCounts, thread_switches
+from tornado_readinto.diagnostics.gilcount import CountingSelector, ReleaseCounter, ReleaseCounts, thread_switches
 
 
 def test_thread_switches_counts_a_wait_as_voluntary():

@@ -1,4 +1,4 @@
-"""The socket calls that keep the GIL (`tornado_readinto._gilheld`) and the
+"""The socket calls that keep the GIL (`tornado_readinto.core._gilheld`) and the
 streams' switch to them while the GIL is contended.
 
 The calls themselves are checked on real socket pairs (bytes, errors, buffer
@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _gilheld, _sockcalls, busypoll
-from tornado_readinto.busypoll import spinner_for
-from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core import _gilheld, _sockcalls, busypoll
+from tornado_readinto.core.busypoll import spinner_for
+from tornado_readinto.diagnostics.testing import RecordingSocket, buffer_address, stream_pair
 
 from .conftest import Clock, HeldCalls, gil_holding_thread, patch_stream_clock, run, thread_until_stopped
 

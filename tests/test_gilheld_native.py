@@ -1,5 +1,5 @@
 """The two implementations of the GIL-keeping socket calls, side by side:
-the compiled build's native calls (``tornado_readinto._gilheld_native``) and
+the compiled build's native calls (``tornado_readinto.core._gilheld_native``) and
 their ctypes twin (`_gilheld.recv_into_ctypes`, `_gilheld.writev_ctypes`),
 which the pure build runs.
 
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import tornado_readinto
-from tornado_readinto import _gilheld
+from tornado_readinto.core import _gilheld
 
 from .conftest import bytes_waiting
 
@@ -55,7 +55,7 @@ def native() -> Calls:
     """The native calls: present whenever the compiled build runs."""
     if not tornado_readinto.COMPILED:
         pytest.skip("the pure build runs: it has no native calls")
-    from tornado_readinto import _gilheld_native
+    from tornado_readinto.core import _gilheld_native
 
     return _gilheld_native.recv_into, _gilheld_native.writev
 
@@ -450,7 +450,7 @@ def test_a_signal_mid_call_is_handled_and_the_call_retried(calls):
 
 def test_the_compiled_build_runs_the_native_calls():
     if tornado_readinto.COMPILED:
-        from tornado_readinto import _gilheld_native
+        from tornado_readinto.core import _gilheld_native
 
         assert _gilheld.NATIVE is True
         assert _gilheld.recv_into is _gilheld_native.recv_into and _gilheld.writev is _gilheld_native.writev
@@ -463,9 +463,9 @@ _REPORT_CALLS = textwrap.dedent(
     """
     import socket
     import tornado_readinto
-    from tornado_readinto import _gilheld
+    from tornado_readinto.core import _gilheld
     try:
-        import tornado_readinto._gilheld_native
+        import tornado_readinto.core._gilheld_native
     except ModuleNotFoundError:
         native_imports = False
     else:
@@ -496,7 +496,7 @@ _REPORT_OTHER_THREADS = textwrap.dedent(
     """
     import threading
     import tornado_readinto
-    from tornado_readinto import busypoll
+    from tornado_readinto.core import busypoll
     started, stop = threading.Event(), threading.Event()
     worker = threading.Thread(target=lambda: (started.set(), stop.wait(10)))
     seen = [threading.active_count(), busypoll.other_threads()]

@@ -1,13 +1,13 @@
 """What one small message on the dask comm path costs the event-loop thread
 in GIL releases while another thread runs Python: counted with
-`tornado_readinto.gilcount` (a profile hook on the loop thread), never
+`tornado_readinto.diagnostics.gilcount` (a profile hook on the loop thread), never
 timed.
 
 Per message, the floor of a selector-driven loop is one poll (the one that
 reports the data).  Ours: no GIL-releasing call at all (the socket calls keep
 the GIL once a stall was seen), and the read's waiter runs in the loop turn
 that received the message, so no second poll (asyncio's loop: 1 poll per
-message; it was 2 before `tornado_readinto._eager`)."""
+message; it was 2 before `tornado_readinto.face._eager`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ pytest.importorskip("distributed")
 from distributed.comm import connect, listen  # noqa: E402
 
 import tornado_readinto  # noqa: E402
-from tornado_readinto import _cpus, _gilheld  # noqa: E402
-from tornado_readinto.gilcount import ReleaseCounter  # noqa: E402
+from tornado_readinto.core import (
+    _cpus,  # noqa: E402
+    _gilheld,  # noqa: E402
+)
+from tornado_readinto.diagnostics.gilcount import ReleaseCounter  # noqa: E402
 
 from .conftest import gil_holding_thread, new_event_loop  # noqa: E402
 

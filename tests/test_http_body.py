@@ -25,7 +25,8 @@ from tornado.simple_httpclient import HTTPStreamClosedError
 from tornado.testing import bind_unused_port
 
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
-from tornado_readinto.httpserver import (
+from tornado_readinto.diagnostics.testing import FakeSocket
+from tornado_readinto.face.httpserver import (
     GATHER_MIN_NBYTES,
     INITIAL_BODY_NBYTES,
     STREAM_RECV_NBYTES,
@@ -33,7 +34,6 @@ from tornado_readinto.httpserver import (
     ReadIntoHTTP1Connection,
     read_body_bytes,
 )
-from tornado_readinto.testing import FakeSocket
 
 from ._http import read_response, stop_server, wait_no_connections
 from .conftest import run

@@ -27,9 +27,9 @@ from tornado.platform.asyncio import BaseAsyncIOLoop
 from tornado.testing import bind_unused_port
 
 from tornado_readinto import ReadIntoHTTPServer, ReadIntoIOStream
-from tornado_readinto.httpserver import ReadIntoHTTP1ServerConnection
-from tornado_readinto.iostream import DRAINED_VALID_S
-from tornado_readinto.testing import stream_pair
+from tornado_readinto.diagnostics.testing import stream_pair
+from tornado_readinto.face.httpserver import ReadIntoHTTP1ServerConnection
+from tornado_readinto.face.iostream import DRAINED_VALID_S
 
 from ._http import stop_server, wait_no_connections
 from .conftest import CLOCK_SLACK_S, run

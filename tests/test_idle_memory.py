@@ -19,7 +19,7 @@ import pytest
 from tornado.iostream import StreamClosedError
 
 from tornado_readinto import FramedStream, ReadIntoIOStream
-from tornado_readinto._readcore import read_ahead_pool
+from tornado_readinto.core._readcore import read_ahead_pool
 
 from .conftest import run, until
 
@@ -248,8 +248,8 @@ def test_writes_sent_at_once_share_the_loops_one_resolved_future():
     which goes with the loop's last stream."""
     import gc
 
-    from tornado_readinto import _facecore
-    from tornado_readinto.testing import stream_pair
+    from tornado_readinto.diagnostics.testing import stream_pair
+    from tornado_readinto.face import _facecore
 
     async def main():
         pairs = [await stream_pair(ReadIntoIOStream) for _ in range(3)]
@@ -278,8 +278,8 @@ def test_a_parked_read_copies_no_context_and_an_idle_frame_reader_holds_no_list(
     between messages holds no list of frames."""
     import gc
 
-    from tornado_readinto import _facecore
-    from tornado_readinto.testing import stream_pair
+    from tornado_readinto.diagnostics.testing import stream_pair
+    from tornado_readinto.face import _facecore
 
     async def main():
         shared = _facecore.loop_shared(asyncio.get_running_loop()).context

@@ -16,9 +16,7 @@ import pytest
 from tornado.iostream import IOStream, SSLIOStream, StreamBufferFullError, StreamClosedError
 
 from tornado_readinto import IncompleteReadError, ReadIntoIOStream, SSLReadIntoIOStream
-from tornado_readinto.errors import BufferBusyError
-from tornado_readinto.iostream import DIRECT_READ_MIN_NBYTES, DRAINED_VALID_S
-from tornado_readinto.testing import (
+from tornado_readinto.diagnostics.testing import (
     FakeSocket,
     RecordingSocket,
     buffer_address,
@@ -29,6 +27,8 @@ from tornado_readinto.testing import (
     check_write_types,
     stream_pair,
 )
+from tornado_readinto.errors import BufferBusyError
+from tornado_readinto.face.iostream import DIRECT_READ_MIN_NBYTES, DRAINED_VALID_S
 
 from .conftest import bytes_waiting, new_event_loop, run, until
 
@@ -837,7 +837,7 @@ def test_every_read_kind_waits_on_a_drained_socket_without_a_recv(loop_name, str
     the loop without a recv (the bytes already there arrive with the loop's
     next poll); once the proof is stale they try the recv first and complete
     inline."""
-    from tornado_readinto.framing import FrameReader, pack_header
+    from tornado_readinto.wire.framing import FrameReader, pack_header
 
     message = pack_header([4]) + b"ping" if kind == "read_message" else b"ping\n"
 

@@ -1,4 +1,4 @@
-"""tornado_readinto._net: the socket side shared by the comm layer and the
+"""tornado_readinto.face._net: the socket side shared by the comm layer and the
 dask backend (real sockets on 127.0.0.1 and Unix sockets)."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tornado_readinto import CommClosedError, ReadIntoIOStream, ReadIntoTCPServer
-from tornado_readinto._net import (
+from tornado_readinto.face._net import (
     bind_unix_socket,
     check_encryption,
     listen_tcp,

@@ -1,4 +1,4 @@
-"""msgpack is optional (the ``comm`` extra): only `tornado_readinto.comm`
+"""msgpack is optional (the ``comm`` extra): only `tornado_readinto.channel.comm`
 needs it.  Each check runs in a fresh interpreter, with msgpack blocked
 through ``sys.modules`` where the check needs it gone."""
 
@@ -35,7 +35,7 @@ def _dask_exchange() -> str:
 def test_comm_without_msgpack_names_the_extra():
     result = _python(
         """
-        for importer in ("import tornado_readinto.comm", "from tornado_readinto import Comm"):
+        for importer in ("import tornado_readinto.channel.comm", "from tornado_readinto import Comm"):
             try:
                 exec(importer)
             except ImportError as exc:
@@ -49,7 +49,7 @@ def test_comm_without_msgpack_names_the_extra():
     lines = result.stdout.splitlines()
     assert len(lines) == 2
     for line in lines:
-        assert line.startswith("tornado_readinto.comm needs msgpack")
+        assert line.startswith("tornado_readinto.channel.comm needs msgpack")
         assert "pip install msgpack (the package's 'comm' extra)" in line
 
 
@@ -60,8 +60,8 @@ def test_everything_but_the_comm_layer_imports_without_msgpack():
         from tornado_readinto import (
             FramedStream, ReadIntoIOStream, ReadIntoTCPServer, ReadIntoTCPClient, ReadIntoHTTPServer, install,
         )
-        import tornado_readinto._channel, tornado_readinto._net, tornado_readinto.addressing
-        import tornado_readinto.tcpserver, tornado_readinto.testing
+        import tornado_readinto.channel._channel, tornado_readinto.face._net, tornado_readinto.wire.addressing
+        import tornado_readinto.face.tcpserver, tornado_readinto.diagnostics.testing
         print(tornado_readinto.__version__)
         """,
         block_msgpack=True,
@@ -79,16 +79,16 @@ def test_dask_backend_never_imports_msgpack_itself():
         """
         import sys
 
-        import tornado_readinto.dask_backend  # noqa: F401 - what the entry point loads
+        import tornado_readinto.dask.backend  # noqa: F401 - what the entry point loads
         """
         + _dask_exchange()
         + """
         ours = {name: m for name, m in sys.modules.items() if name.startswith("tornado_readinto") and m is not None}
-        assert "tornado_readinto.dask_backend" in ours
+        assert "tornado_readinto.dask.backend" in ours
         msgpack = sys.modules["msgpack"]
         binders = sorted(name for name, m in ours.items() if any(v is msgpack for v in vars(m).values()))
         print("binders:", binders)
-        print("comm loaded:", "tornado_readinto.comm" in ours or "tornado_readinto.message" in ours)
+        print("comm loaded:", "tornado_readinto.channel.comm" in ours or "tornado_readinto.wire.message" in ours)
         """
     )
     assert result.returncode == 0, result.stderr

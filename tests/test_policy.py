@@ -13,12 +13,13 @@ import time
 import pytest
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import ReadIntoIOStream, _gilheld, _lowat
-from tornado_readinto._policy import CORK_MAX_NBYTES, StreamPolicy
-from tornado_readinto._readcore import PENDING
-from tornado_readinto._streamcore import CORKED, EOF, SENT, CoreFailure, StreamCore
-from tornado_readinto.framing import FrameReader, FramingError
-from tornado_readinto.testing import stream_pair
+from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.core import _gilheld, _lowat
+from tornado_readinto.core._policy import CORK_MAX_NBYTES, StreamPolicy
+from tornado_readinto.core._readcore import PENDING
+from tornado_readinto.core._streamcore import CORKED, EOF, SENT, CoreFailure, StreamCore
+from tornado_readinto.diagnostics.testing import stream_pair
+from tornado_readinto.wire.framing import FrameReader, FramingError
 
 from .conftest import run
 

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 from tornado.iostream import IOStream, StreamClosedError
 
-from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream, _lowat
-from tornado_readinto._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
-from tornado_readinto.framing import NEED_DATA, message_header
-from tornado_readinto.testing import RecordingSocket, buffer_address, stream_pair
+from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core import _lowat
+from tornado_readinto.core._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
+from tornado_readinto.diagnostics.testing import RecordingSocket, buffer_address, stream_pair
+from tornado_readinto.wire.framing import NEED_DATA, message_header
 
 from .conftest import run, until
 
@@ -413,8 +414,9 @@ def test_a_mark_the_kernel_refuses_turns_the_marks_off():
 
 _CHILD = """
 import asyncio, socket
-from tornado_readinto import ReadIntoIOStream, _lowat
-from tornado_readinto.testing import stream_pair
+from tornado_readinto import ReadIntoIOStream
+from tornado_readinto.core import _lowat
+from tornado_readinto.diagnostics.testing import stream_pair
 
 async def main():
     server, client = await stream_pair(ReadIntoIOStream)

@@ -27,7 +27,7 @@ from tornado_readinto import (
     ReadIntoIOStream,
     ReadTimeoutError,
 )
-from tornado_readinto.testing import stream_pair
+from tornado_readinto.diagnostics.testing import stream_pair
 
 from .conftest import run, until
 

@@ -25,7 +25,7 @@ import struct
 import pytest
 
 from tornado_readinto import FramedStream, FramingError
-from tornado_readinto.tcpserver import HandshakingTCPServer
+from tornado_readinto.face.tcpserver import HandshakingTCPServer
 
 from .conftest import new_event_loop
 
@@ -134,7 +134,7 @@ def test_served_connection_whose_read_fails_leaves_no_pending_task(loop_name, en
 def test_cost_tests_round_trips_wait_for_their_server(loop_name, scheme, destroyed_tasks):
     """The helper behind the loop-turn counts returns only once its server's
     handler has ended (it closes the loop right after, on every Python)."""
-    import tornado_readinto.dask_backend  # noqa: F401  (registers readinto://)
+    import tornado_readinto.dask.backend  # noqa: F401  (registers readinto://)
 
     from .test_costs import _dask_rpcs
 

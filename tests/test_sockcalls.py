@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from tornado_readinto import _gilheld, _sockcalls
-from tornado_readinto._sockcalls import HOLD_MAX_NBYTES, PROBE_EVERY, SocketCalls
+from tornado_readinto.core import _gilheld, _sockcalls
+from tornado_readinto.core._sockcalls import HOLD_MAX_NBYTES, PROBE_EVERY, SocketCalls
 
 from .conftest import Clock, HeldCalls
 

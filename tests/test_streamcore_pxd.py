@@ -6,17 +6,9 @@ import re
 
 import pytest
 
-from tornado_readinto import (
-    _emptyproof,
-    _facecore,
-    _lowat,
-    _policy,
-    _readcore,
-    _sockcalls,
-    _streamcore,
-    framing,
-    writebuffer,
-)
+from tornado_readinto.core import _emptyproof, _lowat, _policy, _readcore, _sockcalls, _streamcore, writebuffer
+from tornado_readinto.face import _facecore
+from tornado_readinto.wire import framing
 
 from ._builds import slots_and_methods, source_path
 

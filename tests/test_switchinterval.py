@@ -1,4 +1,4 @@
-"""The switch interval as an opt-in (`tornado_readinto.switchinterval` and
+"""The switch interval as an opt-in (`tornado_readinto.dask.switchinterval` and
 the dask backend's ``distributed.comm.readinto.switch-interval``): it changes
 the interpreter only where configured, once, with one log record.  (A worker
 started by ``dask worker`` is in tests/test_dask_deploy.py.)"""
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tornado_readinto import switchinterval
+from tornado_readinto.dask import switchinterval
 
 from .conftest import run
 
@@ -31,7 +31,7 @@ def test_switchinterval_none_changes_nothing():
 
 
 def test_switchinterval_applies_once_and_logs_once(caplog):
-    caplog.set_level(logging.INFO, logger="tornado_readinto.switchinterval")
+    caplog.set_level(logging.INFO, logger="tornado_readinto.dask.switchinterval")
     assert switchinterval.apply_switch_interval(1e-3, "key") is True
     assert sys.getswitchinterval() == pytest.approx(1e-3)
     assert switchinterval.apply_switch_interval(1e-3, "key") is False
@@ -64,7 +64,7 @@ async def _listen_and_connect(scheme="readinto"):
 
 def test_dask_backend_leaves_the_interval_alone_when_not_configured(caplog):
     dask = pytest.importorskip("dask")
-    caplog.set_level(logging.INFO, logger="tornado_readinto.switchinterval")
+    caplog.set_level(logging.INFO, logger="tornado_readinto.dask.switchinterval")
     before = sys.getswitchinterval()
     with dask.config.set({"distributed.comm.readinto.switch-interval": None}):
         run(_listen_and_connect())
@@ -75,7 +75,7 @@ def test_dask_backend_leaves_the_interval_alone_when_not_configured(caplog):
 
 def test_dask_backend_applies_the_configured_interval_once(caplog):
     dask = pytest.importorskip("dask")
-    caplog.set_level(logging.INFO, logger="tornado_readinto.switchinterval")
+    caplog.set_level(logging.INFO, logger="tornado_readinto.dask.switchinterval")
     with dask.config.set({"distributed.comm.readinto.switch-interval": "500us"}):
         run(_listen_and_connect())
         run(_listen_and_connect())
@@ -86,7 +86,7 @@ def test_dask_backend_applies_the_configured_interval_once(caplog):
 @pytest.mark.parametrize("value", ["-1ms", "10us", "abc"])
 def test_dask_backend_rejects_a_bad_switch_interval(value):
     dask = pytest.importorskip("dask")
-    from tornado_readinto.dask_backend import apply_configured_switch_interval
+    from tornado_readinto.dask.backend import apply_configured_switch_interval
 
     before = sys.getswitchinterval()
     with dask.config.set({"distributed.comm.readinto.switch-interval": value}):

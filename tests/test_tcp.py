@@ -325,8 +325,8 @@ def test_tcp_client_timeout_and_source_port():
 
 
 def test_comm_listen_accepts_through_readinto_tcp_server(tls_contexts):
-    from tornado_readinto import comm
-    from tornado_readinto.tcpserver import HandshakingTCPServer
+    from tornado_readinto.channel import comm
+    from tornado_readinto.face.tcpserver import HandshakingTCPServer
 
     server_ctx, client_ctx = tls_contexts
 
@@ -360,7 +360,7 @@ def test_comm_listen_accepts_through_readinto_tcp_server(tls_contexts):
 
 
 def test_handshaking_server_drops_failed_tls_handshake_and_keeps_serving(tls_contexts, caplog):
-    from tornado_readinto.tcpserver import HandshakingTCPServer
+    from tornado_readinto.face.tcpserver import HandshakingTCPServer
 
     server_ctx, client_ctx = tls_contexts
 
@@ -391,9 +391,9 @@ def test_handshaking_server_drops_failed_tls_handshake_and_keeps_serving(tls_con
             client.close()
         assert handled == [SSLReadIntoIOStream]
 
-    with caplog.at_level(logging.WARNING, logger="tornado_readinto.tcpserver"):
+    with caplog.at_level(logging.WARNING, logger="tornado_readinto.face.tcpserver"):
         run(main())
-    failures = [r.getMessage() for r in caplog.records if r.name == "tornado_readinto.tcpserver"]
+    failures = [r.getMessage() for r in caplog.records if r.name == "tornado_readinto.face.tcpserver"]
     assert len(failures) == 2, failures
     assert all(m.startswith("TLS handshake with") for m in failures)
 
@@ -402,13 +402,13 @@ def test_dask_backend_imports_no_private_names_from_comm():
     import ast
     import inspect
 
-    from tornado_readinto import dask_backend
+    from tornado_readinto.dask import backend as dask_backend
 
     tree = ast.parse(inspect.getsource(dask_backend))
     private = [
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module in ("comm", "tornado_readinto.comm")
+        if isinstance(node, ast.ImportFrom) and node.module in ("comm", "tornado_readinto.channel.comm")
         for alias in node.names
         if alias.name.startswith("_")
     ]

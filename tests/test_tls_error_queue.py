@@ -1,5 +1,5 @@
 """A TLS connection that fails leaves OpenSSL's per-thread error queue empty,
-so the thread's other connections read on (see `tornado_readinto._sslerrors`).
+so the thread's other connections read on (see `tornado_readinto.face._sslerrors`).
 
 The failure this guards: on CPython 3.14/3.15 with OpenSSL 3.6, a peer that
 connects, sends and aborts makes the server's ``recv_into`` raise
@@ -17,8 +17,8 @@ import ctypes
 
 import pytest
 
-from tornado_readinto import _sslerrors
-from tornado_readinto.comm import connect, listen
+from tornado_readinto.channel.comm import connect, listen
+from tornado_readinto.face import _sslerrors
 
 from .conftest import run
 

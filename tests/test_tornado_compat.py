@@ -7,8 +7,9 @@ import sys
 
 from tornado.iostream import IOStream, SSLIOStream
 
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _tornado_compat, _tornado_entry_points
-from tornado_readinto.writebuffer import ChunkedWriteBuffer
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core.writebuffer import ChunkedWriteBuffer
+from tornado_readinto.face import _tornado_compat, _tornado_entry_points
 
 from .conftest import run
 
@@ -59,7 +60,7 @@ def test_compat_every_override_of_a_tornado_stream_method_is_listed():
 def test_compat_unsupported_tornado_fails_loudly():
     code = (
         "import tornado; tornado.version_info = (6, 4, 0, 0); tornado.version = '6.4';"
-        "import tornado_readinto._tornado_compat"
+        "import tornado_readinto.face._tornado_compat"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
@@ -93,7 +94,7 @@ def test_compat_our_entry_points_override_the_stock_hooks():
     from tornado.tcpserver import TCPServer
 
     from tornado_readinto import ReadIntoTCPClient, ReadIntoTCPServer
-    from tornado_readinto.httpserver import ReadIntoHTTP1Connection
+    from tornado_readinto.face.httpserver import ReadIntoHTTP1Connection
 
     # our copies override exactly the stock private methods
     assert ReadIntoHTTP1Connection._read_fixed_body is not _tornado_entry_points.HTTP1Connection._read_fixed_body
@@ -151,7 +152,7 @@ def test_compat_private_instance_attributes_exist():
 
 def _http_delegates(http_conn):
     """One instance of each HTTP message delegate class whose attributes
-    `tornado_readinto.httpserver` reads, keyed like PRIVATE_INSTANCE_ATTRS."""
+    `tornado_readinto.face.httpserver` reads, keyed like PRIVATE_INSTANCE_ATTRS."""
     from tornado import httputil, web
 
     app = web.Application([("/", web.RequestHandler)])

@@ -17,10 +17,12 @@ import tornado
 import tornado.iostream
 
 import tornado_readinto
-from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream, _facecore, _readcore, _streamcore, _tornado_compat
-from tornado_readinto._facecore import FaceCore
-from tornado_readinto._readcore import ReadCore
-from tornado_readinto._streamcore import StreamCore
+from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
+from tornado_readinto.core import _readcore, _streamcore
+from tornado_readinto.core._readcore import ReadCore
+from tornado_readinto.core._streamcore import StreamCore
+from tornado_readinto.face import _facecore, _tornado_compat
+from tornado_readinto.face._facecore import FaceCore
 
 from ._builds import slots_and_methods
 
@@ -33,11 +35,11 @@ HTTP_MODULES = ("tornado.web", "tornado.httpserver", "tornado.simple_httpclient"
 @pytest.mark.parametrize(
     "module",
     [
-        "tornado_readinto._readcore",
-        "tornado_readinto._policy",
-        "tornado_readinto._streamcore",
-        "tornado_readinto._facecore",
-        "tornado_readinto.iostream",
+        "tornado_readinto.core._readcore",
+        "tornado_readinto.core._policy",
+        "tornado_readinto.core._streamcore",
+        "tornado_readinto.face._facecore",
+        "tornado_readinto.face.iostream",
     ],
 )
 def test_coupling_the_stream_imports_no_http_module(module):
@@ -142,7 +144,7 @@ def private_tornado_names_used():
     package's source."""
     names = tornado_stream_private_names()
     used = {}
-    for path in sorted(pathlib.Path(tornado_readinto.__file__).parent.glob("*.py")):
+    for path in sorted(pathlib.Path(tornado_readinto.__file__).parent.rglob("*.py")):
         for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if token.type == tokenize.NAME and token.string in names:
                 used.setdefault(token.string, set()).add(path.name)
@@ -164,7 +166,7 @@ def test_coupling_every_listed_tornado_name_is_used():
     lists is a name in the package's code (not only in that list)."""
     package = pathlib.Path(tornado_readinto.__file__).parent
     names = set()
-    for path in package.glob("*.py"):
+    for path in package.rglob("*.py"):
         if path.name != "_tornado_compat.py":
             tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
             names.update(token.string for token in tokens if token.type == tokenize.NAME)

@@ -1,4 +1,4 @@
-"""Tests of tornado_readinto.writebuffer: no event loop, no sockets."""
+"""Tests of tornado_readinto.core.writebuffer: no event loop, no sockets."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from hypothesis.stateful import (
 )
 from tornado.test import iostream_test as upstream
 
-from tornado_readinto import writebuffer
-from tornado_readinto.writebuffer import ChunkedWriteBuffer
+from tornado_readinto.core import writebuffer
+from tornado_readinto.core.writebuffer import ChunkedWriteBuffer
 
 try:
     import numpy
@@ -654,7 +654,7 @@ def test_writebuffer_imports_without_tornado_or_socket() -> None:
         import sys
         sys.modules["tornado"] = None
         sys.modules["socket"] = None
-        import tornado_readinto.writebuffer as wb
+        import tornado_readinto.core.writebuffer as wb
         buf = wb.ChunkedWriteBuffer(4)
         buf.append(b"ab")
         buf.append(b"cdefgh")

@@ -13,9 +13,9 @@ import pytest
 from tornado.iostream import IOStream, StreamBufferFullError, StreamClosedError
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
-from tornado_readinto.iostream import IOV_MAX
-from tornado_readinto.testing import RecordingSocket, stream_pair
-from tornado_readinto.writebuffer import ChunkedWriteBuffer
+from tornado_readinto.core.writebuffer import ChunkedWriteBuffer
+from tornado_readinto.diagnostics.testing import RecordingSocket, stream_pair
+from tornado_readinto.face.iostream import IOV_MAX
 
 from .conftest import run
 

@@ -447,7 +447,7 @@ def test_bench_dask_switch_pair_tiny_real_run(tmp_path: Path) -> None:
     every process of its side (`open_side` checks each process's listener
     through ``dask_switch.verify``, and fails the side otherwise); both rows
     pass their own checks, and this process is stock again afterwards."""
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     path = tmp_path / "dask.json"
     argv = ["--workload", "rpc,transfer", "--pair", "switch", "--repeat", "1", "--warmup", "0",
@@ -474,9 +474,9 @@ def test_bench_dask_switch_routes_by_peer_whenever_a_comm_is_made() -> None:
     from distributed.comm.tcp import TCP, TCPListener
 
     from benchmarks.harness.switchroutes import routes
-    from tornado_readinto import dask_switch
-    from tornado_readinto.dask_backend import ReadIntoComm
-    from tornado_readinto.dask_tcp import InPlaceTCPListener
+    from tornado_readinto.dask import switch as dask_switch
+    from tornado_readinto.dask.backend import ReadIntoComm
+    from tornado_readinto.dask.tcp import InPlaceTCPListener
 
     async def handle(comm: Any) -> None:
         await comm.write(await comm.read())
@@ -535,7 +535,7 @@ def test_bench_dask_mixed_pairs_tiny_real_run(tmp_path: Path) -> None:
     that exactly that worker is switched, or none.  Every array crosses between a
     switched and a stock process and passes its checks; each row has its
     own pair's baseline; this process stays stock."""
-    from tornado_readinto import dask_switch
+    from tornado_readinto.dask import switch as dask_switch
 
     path = tmp_path / "dask.json"
     argv = ["--workload", "transfer", "--pair", "switch-sink,switch-source", "--repeat", "1", "--warmup", "0",

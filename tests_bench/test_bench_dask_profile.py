@@ -10,12 +10,12 @@ pytest.importorskip("distributed")
 from benchmarks import harness as h  # noqa: E402
 from benchmarks.dask_profile import HOP_SEGMENTS, SUITE, categorize, split_samples  # noqa: E402
 
-RECV = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);_recv_into (tornado_readinto/iostream.py:585);sock_recv_into (socketmodule.c:3631);recv (libc.so.6)"  # noqa: E501
+RECV = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);_recv_into (tornado_readinto/face/iostream.py:585);sock_recv_into (socketmodule.c:3631);recv (libc.so.6)"  # noqa: E501
 IDLE_LOCK = "0x7f (libc.so.6);Condition.wait (threading.py:331);PyThread_acquire_lock_timed (libpython3.11.so.1.0);0x7f (libc.so.6)"  # noqa: E501
 EPOLL = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1898);select_epoll_poll (selectmodule.c.h:841);epoll_wait (libc.so.6)"  # noqa: E501
-PACK = "0x7f (libc.so.6);write (tornado_readinto/dask_backend.py:250);_to_frames (distributed/comm/utils.py:35);dumps (distributed/protocol/core.py:109)"  # noqa: E501
-SSL = "0x7f (libc.so.6);_recv_into (tornado_readinto/iostream.py:585);_ssl__SSLSocket_read (_ssl.c:2588);SSL_read (libssl.so.3)"  # noqa: E501
-FEED = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);feed (tornado_readinto/framing.py:537)"
+PACK = "0x7f (libc.so.6);write (tornado_readinto/dask/backend.py:250);_to_frames (distributed/comm/utils.py:35);dumps (distributed/protocol/core.py:109)"  # noqa: E501
+SSL = "0x7f (libc.so.6);_recv_into (tornado_readinto/face/iostream.py:585);_ssl__SSLSocket_read (_ssl.c:2588);SSL_read (libssl.so.3)"  # noqa: E501
+FEED = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);feed (tornado_readinto/wire/framing.py:537)"
 LOOP = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922)"
 TASK = "0x7f (libc.so.6);execute (distributed/worker.py:2200);checksum (benchmarks/dask.py:285);_sum (numpy/core/_methods.py:49)"  # noqa: E501
 DASK = "0x7f (libc.so.6);_run_once (asyncio/base_events.py:1922);handle_stimulus (distributed/worker_state_machine.py:3590)"  # noqa: E501

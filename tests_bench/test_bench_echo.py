@@ -135,7 +135,7 @@ def test_echo_cli_uninit_rows(tmp_path: Path) -> None:
     ``uninitialized_allocator`` buffers, huge pages from 4 MiB) echo 8 MiB
     messages, every one verified."""
     from benchmarks.impls import IMPLS, load
-    from tornado_readinto.allocators import uninitialized_allocator
+    from tornado_readinto.wire.allocators import uninitialized_allocator
 
     for name in ("readinto-uninit", "threads-uninit"):
         assert load(IMPLS[name])(None)._reused._allocate is uninitialized_allocator, name

@@ -550,7 +550,7 @@ def _comm_handshake(obj: Any) -> bytes:
 
 
 def _good_comm_handshake() -> bytes:
-    from tornado_readinto.comm import PROTOCOL_NAME, PROTOCOL_VERSION
+    from tornado_readinto.channel.comm import PROTOCOL_NAME, PROTOCOL_VERSION
 
     return _comm_handshake({"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION, "allow_pickle": False})
 

@@ -1,7 +1,7 @@
 """tornado_readinto: zero-copy framed messaging over Tornado IOStreams.
 
 The names below are imported lazily (PEP 562), so that ``import
-tornado_readinto.framing`` (a pure codec) does not pull in Tornado.
+tornado_readinto.wire.framing`` (a pure codec) does not pull in Tornado.
 
 Two builds of the stream's core: compiled (Cython extension modules built
 from the same ``.py`` files, the default where the install could compile
@@ -25,13 +25,13 @@ __version__ = "0.1.0"
 
 # public name -> submodule that defines it
 _EXPORTS = {
-    "ReadIntoIOStream": "iostream",
-    "SSLReadIntoIOStream": "iostream",
-    "ChunkedWriteBuffer": "writebuffer",
-    "FrameReader": "framing",
-    "NEED_DATA": "framing",
-    "pack_header": "framing",
-    "FramedStream": "framed",
+    "ReadIntoIOStream": "face.iostream",
+    "SSLReadIntoIOStream": "face.iostream",
+    "ChunkedWriteBuffer": "core.writebuffer",
+    "FrameReader": "wire.framing",
+    "NEED_DATA": "wire.framing",
+    "pack_header": "wire.framing",
+    "FramedStream": "channel.framed",
     "ReadIntoError": "errors",
     "FramingError": "errors",
     "FrameTooLargeError": "errors",
@@ -42,46 +42,47 @@ _EXPORTS = {
     "CommTimeoutError": "errors",
     "HandshakeError": "errors",
     "NotSwitchedError": "errors",
-    "Comm": "comm",
-    "connect": "comm",
-    "listen": "comm",
-    "ReadIntoTCPServer": "tcpserver",
-    "ReadIntoTCPClient": "tcpclient",
-    "ReadIntoHTTPServer": "httpserver",
-    "ReadIntoAsyncHTTPClient": "httpclient",
-    "ReadIntoWebSocketClientConnection": "websocket",
-    "websocket_connect": "websocket",
-    "install": "installation",
-    "uninstall": "installation",
-    "installed": "installation",
+    "Comm": "channel.comm",
+    "connect": "channel.comm",
+    "listen": "channel.comm",
+    "ReadIntoTCPServer": "face.tcpserver",
+    "ReadIntoTCPClient": "face.tcpclient",
+    "ReadIntoHTTPServer": "face.httpserver",
+    "ReadIntoAsyncHTTPClient": "face.httpclient",
+    "ReadIntoWebSocketClientConnection": "face.websocket",
+    "websocket_connect": "face.websocket",
+    "install": "face.installation",
+    "uninstall": "face.installation",
+    "installed": "face.installation",
 }
 
 __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 
-#: The modules that have a compiled build (``setup.py`` compiles the same
-#: ``.py``, typed by the ``.pxd`` beside it, or as it is).
+#: The modules that have a compiled build, below the package: ``setup.py``
+#: reads this list (the only one) and compiles the same ``.py``, typed by the
+#: ``.pxd`` beside it where there is one, or as it is.
 _COMPILED_MODULES: tuple[str, ...] = (
-    "_emptyproof",
-    "_lowat",
-    "_policy",
-    "_sockcalls",
-    "_readcore",
-    "_streamcore",
-    "_facecore",
-    "writebuffer",
-    "framing",
-    "busypoll",
-    "iostream",
-    "_eager",
-    "framed",
-    "allocators",
+    "core._emptyproof",
+    "core._lowat",
+    "core._policy",
+    "core._sockcalls",
+    "core._readcore",
+    "core._streamcore",
+    "face._facecore",
+    "core.writebuffer",
+    "wire.framing",
+    "core.busypoll",
+    "face.iostream",
+    "face._eager",
+    "channel.framed",
+    "wire.allocators",
 )
 
 #: The modules that exist only compiled (``setup.py`` compiles a ``.pyx``;
 #: there is no ``.py`` of the same name): the pure build has none of them,
 #: and runs a twin that lives elsewhere (``_gilheld_native``: the ctypes calls
-#: of ``_gilheld``).
-_NATIVE_MODULES: tuple[str, ...] = ("_gilheld_native",)
+#: of ``core._gilheld``).
+_NATIVE_MODULES: tuple[str, ...] = ("core._gilheld_native",)
 
 #: ``TORNADO_READINTO_NO_EXTENSIONS`` (any non-empty value) was set at import:
 #: the core modules load from their ``.py`` source even where extension
@@ -109,7 +110,8 @@ class _PureSourceFinder:
             raise ModuleNotFoundError(message, name=fullname)
         if fullname not in cls._names:
             return None
-        source = os.path.join(os.path.dirname(__file__), fullname.rpartition(".")[2] + ".py")
+        below = fullname.split(".")[1:]  # e.g. ["core", "_readcore"]
+        source = os.path.join(os.path.dirname(__file__), *below[:-1], below[-1] + ".py")
         return importlib.util.spec_from_file_location(fullname, source)
 
 
@@ -136,7 +138,7 @@ if TYPE_CHECKING:  # pragma: no cover
     #: True when the compiled core runs, False for the pure-Python build
     #: (no extension modules installed, or ``TORNADO_READINTO_NO_EXTENSIONS``).
     COMPILED: bool
-    from .comm import Comm, connect, listen  # noqa: F401
+    from .channel.comm import Comm, connect, listen  # noqa: F401
     from .errors import (  # noqa: F401
         BufferBusyError,
         CommClosedError,
@@ -148,13 +150,13 @@ if TYPE_CHECKING:  # pragma: no cover
         NotSwitchedError,
         ReadIntoError,
     )
-    from .httpclient import ReadIntoAsyncHTTPClient  # noqa: F401
-    from .httpserver import ReadIntoHTTPServer  # noqa: F401
-    from .installation import install, installed, uninstall  # noqa: F401
-    from .iostream import ReadIntoIOStream, SSLReadIntoIOStream  # noqa: F401
-    from .tcpclient import ReadIntoTCPClient  # noqa: F401
-    from .tcpserver import ReadIntoTCPServer  # noqa: F401
-    from .websocket import ReadIntoWebSocketClientConnection, websocket_connect  # noqa: F401
+    from .face.httpclient import ReadIntoAsyncHTTPClient  # noqa: F401
+    from .face.httpserver import ReadIntoHTTPServer  # noqa: F401
+    from .face.installation import install, installed, uninstall  # noqa: F401
+    from .face.iostream import ReadIntoIOStream, SSLReadIntoIOStream  # noqa: F401
+    from .face.tcpclient import ReadIntoTCPClient  # noqa: F401
+    from .face.tcpserver import ReadIntoTCPServer  # noqa: F401
+    from .face.websocket import ReadIntoWebSocketClientConnection, websocket_connect  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

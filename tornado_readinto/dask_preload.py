@@ -1,4 +1,4 @@
-"""The dask preload of the switch (`tornado_readinto.dask_switch`).
+"""The dask preload of the switch (`tornado_readinto.dask.switch`).
 
 Importing this module serves distributed's ``tcp://`` and ``tls://`` with
 this package in the importing process.  dask imports a preload when it makes
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dask_switch import install_backends
+from .dask.switch import install_backends
 
 install_backends()
 

@@ -98,7 +98,7 @@ class BufferBusyError(ReadIntoError, RuntimeError):
 
 
 class CommClosedError(ReadIntoError, OSError):
-    """A `tornado_readinto.comm.Comm` is closed, or its connection broke.
+    """A `tornado_readinto.channel.comm.Comm` is closed, or its connection broke.
 
     An ``OSError`` (``IOError``), like ``distributed.comm.CommClosedError``;
     the low-level cause (``StreamClosedError``, `IncompleteReadError`, an
@@ -107,7 +107,7 @@ class CommClosedError(ReadIntoError, OSError):
 
 
 class CommTimeoutError(CommClosedError, TimeoutError):
-    """`tornado_readinto.comm.connect` gave up after its timeout, or a read
+    """`tornado_readinto.channel.comm.connect` gave up after its timeout, or a read
     waited longer than the comm's ``read_timeout`` (the comm was aborted).
 
     Both a `CommClosedError` and a ``TimeoutError``, so either ``except``
@@ -119,7 +119,7 @@ class HandshakeError(CommClosedError):
     """The peer was reached but the two ends cannot talk: its TLS certificate
     was refused, or it speaks another protocol or protocol version.
 
-    Retrying does not help, so `tornado_readinto.comm.connect` raises it at
+    Retrying does not help, so `tornado_readinto.channel.comm.connect` raises it at
     once instead of retrying until its timeout.
     """
 
@@ -143,7 +143,7 @@ class ReadTimeoutError(ReadIntoError, TimeoutError):
 
 
 class NotSwitchedError(ReadIntoError, RuntimeError):
-    """`tornado_readinto.dask_switch.verify` (with ``strict=True``) found
+    """`tornado_readinto.dask.switch.verify` (with ``strict=True``) found
     processes of the cluster whose comms are stock distributed's.
 
     :ivar stock: the stock processes, each named as in the report's

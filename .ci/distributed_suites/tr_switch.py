@@ -6,7 +6,7 @@ process gets the switch from the DASK_..._PRELOAD block in its environment."""
 import os
 
 if os.environ.get("TR_SWITCH") == "1":
-    from tornado_readinto.dask_switch import install_backends, is_switched
+    from tornado_readinto.dask.switch import install_backends, is_switched
 
     install_backends()
     assert is_switched()

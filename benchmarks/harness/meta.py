@@ -24,7 +24,7 @@ Every benchmark that writes JSON (the suites through `TableSuite.meta`,
 * ``machine``: ``{"cpu_model", "cpu_count", "affinity", "cpu_quota",
   "usable_cores", "kernel", "system", "arch"}``: the CPU model from
   ``/proc/cpuinfo``, the CPUs the process may use (affinity, cgroup quota;
-  ``tornado_readinto._cpus``), the kernel release;
+  ``tornado_readinto.core._cpus``), the kernel release;
 * ``python``: ``{"implementation", "version"}``;
 * ``packages``: the installed versions of the packages that change the
   figures (None: not installed).
@@ -121,7 +121,7 @@ def build_meta() -> dict[str, Any]:
 
 def machine_meta() -> dict[str, Any]:
     """The CPU model, the CPUs this process may use, the kernel."""
-    from tornado_readinto import _cpus
+    from tornado_readinto.core import _cpus
 
     quotas = [q for q in (_cpus.cgroup_v2_cpus(), _cpus.cgroup_v1_cpus()) if q is not None]
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None

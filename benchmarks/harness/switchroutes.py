@@ -4,7 +4,7 @@ cluster side by side.
 
 `benchmarks.dask` alternates two ``LocalCluster`` sides whose schedulers and
 clients all live in the benchmark's own process.  The switch
-(`tornado_readinto.dask_switch.switch_on`) is process-wide: it decides the
+(`tornado_readinto.dask.switch.switch_on`) is process-wide: it decides the
 class of each comm when the comm is made.  dask keeps making comms long
 after a cluster has started (a client's connection pool refills, a scheduler
 connects to a worker when it first needs to), so a side whose switch was on
@@ -97,7 +97,7 @@ class Routes:
         if not on:
             yield
             return
-        from tornado_readinto import dask_switch
+        from tornado_readinto.dask import switch as dask_switch
 
         dask_switch.switch_on()  # the preloads in dask config (and its backends, replaced next)
         self._install()
@@ -139,7 +139,7 @@ class Routes:
         from distributed.comm import tcp
         from distributed.comm.registry import backends
 
-        from tornado_readinto.dask_tcp import InPlaceTCPBackend, InPlaceTLSBackend
+        from tornado_readinto.dask.tcp import InPlaceTCPBackend, InPlaceTLSBackend
 
         for scheme, stock, inplace in (
             ("tcp", tcp.TCPBackend, InPlaceTCPBackend),

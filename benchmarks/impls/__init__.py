@@ -48,7 +48,7 @@ class ImplSpec:
 _T = "._tornado:"
 _A = "._asyncio:"
 _P = "._protocol:"
-_FRAMED = ("tornado_readinto.framed",)
+_FRAMED = ("tornado_readinto.channel.framed",)
 
 IMPLS: dict[str, ImplSpec] = {
     spec.name: spec
@@ -106,13 +106,15 @@ IMPLS: dict[str, ImplSpec] = {
             "threads, frames in uninitialized_allocator (huge-page) buffers",
             "threads",
         ),
-        ImplSpec("comm-readinto", "._comm:CommReadInto", "tornado_readinto.comm (no dask)", requires=("msgpack",)),
+        ImplSpec(
+            "comm-readinto", "._comm:CommReadInto", "tornado_readinto.channel.comm (no dask)", requires=("msgpack",)
+        ),
         ImplSpec("dask-tcp", "._dask:DaskTCP", "distributed.comm tcp://", requires=("distributed",)),
         ImplSpec(
             "dask-readinto",
             "._dask:DaskReadInto",
             "distributed.comm readinto://",
-            requires=("distributed", "tornado_readinto.dask_backend"),
+            requires=("distributed", "tornado_readinto.dask.backend"),
         ),
     ]
 }

@@ -250,7 +250,7 @@ async def _pipelined(conn: AsyncConn, ring: MessageRing, recorder: Recorder, seq
 
 class SelfListeningConn(AsyncConn):
     """A connection of a comm library that makes its own sockets
-    (``tornado_readinto.comm``, ``distributed.comm``).
+    (``tornado_readinto.channel.comm``, ``distributed.comm``).
 
     The server closes the listener the harness bound and listens again on the
     same address and port; the client's connect retries until it is up.  Subclasses

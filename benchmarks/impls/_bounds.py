@@ -44,10 +44,10 @@ from typing import Any
 from tornado.ioloop import IOLoop
 from tornado.iostream import StreamClosedError
 
-from tornado_readinto import _gilheld
-from tornado_readinto import iostream as _iostream
-from tornado_readinto._streamcore import _total_nbytes
-from tornado_readinto.busypoll import BUSY_POLL_BUDGET_S, BusyPoll, spinner_for
+from tornado_readinto.core import _gilheld
+from tornado_readinto.core._streamcore import _total_nbytes
+from tornado_readinto.core.busypoll import BUSY_POLL_BUDGET_S, BusyPoll, spinner_for
+from tornado_readinto.face import iostream as _iostream
 
 from ._common import U64
 from ._protocol import AsyncioProtocol

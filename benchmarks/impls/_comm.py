@@ -1,4 +1,4 @@
-"""``comm-readinto``: this package's own comm layer (``tornado_readinto.comm``,
+"""``comm-readinto``: this package's own comm layer (``tornado_readinto.channel.comm``,
 no dask): the message is a dict of frames, msgpack-encoded; frames of 64 KiB
 or more travel out of band by reference and arrive in their own buffers.
 Over TLS (``benchmarks.load --tls``) the server listens on ``tls://``.
@@ -21,7 +21,7 @@ class CommReadInto(SelfListeningConn):
     async def listen_on(
         cls, port: int, handler: Callable[[Any], Awaitable[None]], host: str = HOST
     ) -> Callable[[], None]:
-        from tornado_readinto.comm import listen
+        from tornado_readinto.channel.comm import listen
 
         return (await listen(f"tcp://{host}:{port}", handler)).stop
 
@@ -29,13 +29,13 @@ class CommReadInto(SelfListeningConn):
     async def listen_tls_on(
         cls, port: int, handler: Callable[[Any], Awaitable[None]], ssl_context: ssl.SSLContext, host: str = HOST
     ) -> Callable[[], None]:
-        from tornado_readinto.comm import listen
+        from tornado_readinto.channel.comm import listen
 
         return (await listen(f"tls://{host}:{port}", handler, ssl_context=ssl_context)).stop
 
     @classmethod
     async def connect_to(cls, port: int, host: str = HOST) -> Any:
-        from tornado_readinto.comm import connect
+        from tornado_readinto.channel.comm import connect
 
         return await connect(f"tcp://{host}:{port}", timeout=30)
 
@@ -44,7 +44,7 @@ class CommReadInto(SelfListeningConn):
         await self.comm.flush()  # the ring reuses a payload only once it is sent
 
     async def recv(self) -> Sequence[Buffer]:
-        from tornado_readinto.comm import CommClosedError
+        from tornado_readinto.channel.comm import CommClosedError
 
         try:
             msg = await self.comm.read()

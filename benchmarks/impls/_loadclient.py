@@ -22,7 +22,7 @@ byte-identical to what was sent:
 ``framed`` wire
     ``nframes=1:u64le, nbytes:u64le, payload``; the stamp is the payload's
     first 8 bytes.
-``comm`` wire (``tornado_readinto.comm``)
+``comm`` wire (``tornado_readinto.channel.comm``)
     after the comm handshake (one framed msgpack map each way), one framed
     message per ``{"op": "echo", "frames": [payload]}``, encoded once with the
     comm's own `encode_message`; the stamp is patched into the payload's first
@@ -111,8 +111,8 @@ def comm_template(payload: bytes) -> Template:
     """The comm encoding of ``{"op": "echo", "frames": [payload]}``, with the handshake as prelude."""
     import msgpack
 
-    from tornado_readinto.comm import PROTOCOL_NAME, PROTOCOL_VERSION
-    from tornado_readinto.message import decode_message, encode_message
+    from tornado_readinto.channel.comm import PROTOCOL_NAME, PROTOCOL_VERSION
+    from tornado_readinto.wire.message import decode_message, encode_message
 
     frames = [bytes(f) for f in encode_message({"op": "echo", "frames": [payload]})]
     wire = pack_header(frames) + b"".join(frames)
@@ -189,7 +189,7 @@ class _CommHandshake:
         """
         import msgpack
 
-        from tornado_readinto.comm import HANDSHAKE_MAX_NBYTES, PROTOCOL_NAME, PROTOCOL_VERSION
+        from tornado_readinto.channel.comm import HANDSHAKE_MAX_NBYTES, PROTOCOL_NAME, PROTOCOL_VERSION
 
         self._filled += nbytes
         if self._filled < len(self._buf):

@@ -123,7 +123,7 @@ class ThreadsUninit(Threads):
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
-        from tornado_readinto.allocators import uninitialized_allocator
+        from tornado_readinto.wire.allocators import uninitialized_allocator
 
         self._reused = ReusedBuffers(uninitialized_allocator)
 

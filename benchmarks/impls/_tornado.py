@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from tornado.iostream import IOStream, SSLIOStream, StreamClosedError
 
 from tornado_readinto import ReadIntoIOStream, SSLReadIntoIOStream
-from tornado_readinto.busypoll import BUSY_POLL_BUDGET_S
+from tornado_readinto.core.busypoll import BUSY_POLL_BUDGET_S
 
 from ._async import AsyncConn
 from ._common import (
@@ -196,7 +196,7 @@ class ReadIntoUninit(ReadInto):
 
     def __init__(self, stream: IOStream) -> None:
         super().__init__(stream)
-        from tornado_readinto.allocators import uninitialized_allocator
+        from tornado_readinto.wire.allocators import uninitialized_allocator
 
         self._reused = ReusedBuffers(uninitialized_allocator)
 
@@ -209,7 +209,7 @@ class _Framed(_TornadoConn):
 
     def __init__(self, stream: IOStream) -> None:
         super().__init__(stream)
-        from tornado_readinto.framed import FramedStream  # optional: see the registry
+        from tornado_readinto.channel.framed import FramedStream  # optional: see the registry
 
         self.allocator = self.make_allocator()
         self.framed = FramedStream(stream, allocator=self.allocator)  # type: ignore[arg-type]
@@ -229,14 +229,14 @@ class _Framed(_TornadoConn):
 
 class FramedBytearray(_Framed):
     def make_allocator(self) -> Any:
-        from tornado_readinto.allocators import bytearray_allocator
+        from tornado_readinto.wire.allocators import bytearray_allocator
 
         return bytearray_allocator
 
 
 class FramedUninit(_Framed):
     def make_allocator(self) -> Any:
-        from tornado_readinto.allocators import uninitialized_allocator
+        from tornado_readinto.wire.allocators import uninitialized_allocator
 
         return uninitialized_allocator
 
@@ -246,7 +246,7 @@ class FramedPool(_Framed):
     (server) or checked (client)."""
 
     def make_allocator(self) -> Any:
-        from tornado_readinto.allocators import BufferPool
+        from tornado_readinto.wire.allocators import BufferPool
 
         return BufferPool()
 

@@ -1,0 +1,136 @@
+"""The calls of `tornado_readinto.core._gilheld` as native C calls: ``recv(2)``
+and ``writev(2)`` straight from C, keeping the GIL (no ``nogil`` block: a
+non-blocking call returns at once, and keeping the GIL is the point).
+
+The compiled build only.  This module is C calls and nothing else, so it is
+a ``.pyx`` with no ``.py`` of the same name: compiled in Cython's pure-Python
+mode, a ``.py`` would have nothing it could run as Python.  Its pure twin is
+the ctypes code in ``_gilheld`` (`recv_into_ctypes`, `writev_ctypes`), which
+the pure build runs (``TORNADO_READINTO_NO_EXTENSIONS``: the package's
+meta-path finder refuses this module) and which
+``tests/test_gilheld_native.py`` feeds the same random inputs as this one.
+
+The contract is ``_gilheld``'s, to the exception type: same arguments,
+results and errors.  Each buffer is exported (``PyObject_GetBuffer``) for the
+duration of the call only, and released on every path.
+"""
+
+from cpython.buffer cimport PyBUF_FULL_RO, PyBuffer_IsContiguous, PyBuffer_Release, PyObject_GetBuffer
+from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pystate cimport PyInterpreterState, PyInterpreterState_ThreadHead, PyThreadState, PyThreadState_Get, PyThreadState_Next
+from libc.errno cimport EINTR, errno
+from posix.uio cimport iovec
+from posix.uio cimport writev as c_writev
+
+
+cdef extern from "Python.h":
+    PyInterpreterState *PyThreadState_GetInterpreter(PyThreadState *tstate)
+
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t c_recv "recv" (int sockfd, void *buf, size_t nbytes, int flags)
+
+
+# The buffers are asked for as ``memoryview(obj)`` asks (PyBUF_FULL_RO: any
+# layout, read-only or not), and their layout is checked here, so that the
+# errors are the ctypes twin's: it exports through ``memoryview``.
+
+
+def recv_into(int fd, view):
+    """``recv(fd, view, nbytes, 0)`` without releasing the GIL; the socket
+    must be non-blocking and ``view`` writable, C-contiguous and not empty.
+    Like ``socket.recv_into``, it fills up to the view's size in bytes
+    (``nbytes``), whatever its item size.
+
+    Returns the byte count (0 at EOF).
+    :raises BlockingIOError: nothing to receive (EAGAIN).
+    :raises OSError: any other error, with its ``errno``.
+    :raises TypeError: ``view`` is read-only or not C-contiguous.
+    :raises ValueError: ``view`` is empty.
+    """
+    cdef Py_buffer target
+    cdef ssize_t received
+    PyObject_GetBuffer(view, &target, PyBUF_FULL_RO)
+    try:
+        if target.readonly:
+            raise TypeError("underlying buffer is not writable")
+        if not PyBuffer_IsContiguous(&target, b'C'):
+            raise TypeError("underlying buffer is not C contiguous")
+        if target.len == 0:
+            raise ValueError("recv_into: the buffer is empty")
+        while True:
+            received = c_recv(fd, target.buf, <size_t>target.len, 0)
+            if received >= 0:
+                return received
+            if errno != EINTR:
+                PyErr_SetFromErrno(OSError)  # raises OSError(errno, strerror)
+            PyErr_CheckSignals()  # a signal handler's exception ends the retries
+    finally:
+        PyBuffer_Release(&target)
+
+
+def writev(int fd, buffers):
+    """``writev(fd, buffers)`` without releasing the GIL, for a non-blocking
+    socket; ``buffers`` are C-contiguous buffers (at most ``IOV_MAX``), sized
+    in bytes.  Each stays exported until the call returns; nothing is
+    copied; an empty one is skipped.  Returns the bytes sent.
+
+    :raises BlockingIOError: the socket's send buffer is full (EAGAIN).
+    :raises BufferError: a buffer is not C-contiguous (nothing is sent).
+    :raises OSError: any other error (EPIPE, ECONNRESET...), with its ``errno``.
+    """
+    cdef Py_ssize_t count = len(buffers)
+    cdef Py_ssize_t i
+    cdef Py_ssize_t nexported = 0  # exports[:nexported] are held
+    cdef ssize_t sent
+    cdef Py_buffer *export
+    # One entry per buffer, empty ones included (zero-length), so that the
+    # count the kernel sees, and its EINVAL over IOV_MAX, are the caller's.
+    cdef iovec *iov = <iovec *>PyMem_Malloc(max(count, 1) * sizeof(iovec))
+    cdef Py_buffer *exports = <Py_buffer *>PyMem_Malloc(max(count, 1) * sizeof(Py_buffer))
+    try:
+        if iov == NULL or exports == NULL:
+            raise MemoryError()
+        for i in range(count):
+            export = &exports[nexported]
+            PyObject_GetBuffer(buffers[i], export, PyBUF_FULL_RO)
+            if export.len == 0:
+                PyBuffer_Release(export)
+                iov[i].iov_base = NULL
+                iov[i].iov_len = 0
+                continue
+            nexported += 1
+            if not PyBuffer_IsContiguous(export, b'C'):
+                raise BufferError(f"writev: buffer {i} is not C-contiguous")
+            iov[i].iov_base = export.buf
+            iov[i].iov_len = <size_t>export.len
+        while True:
+            sent = c_writev(fd, iov, <int>count)
+            if sent >= 0:
+                return sent
+            if errno != EINTR:
+                PyErr_SetFromErrno(OSError)  # raises OSError(errno, strerror)
+            PyErr_CheckSignals()  # a signal handler's exception ends the retries
+    finally:
+        for i in range(nexported):
+            PyBuffer_Release(&exports[i])
+        PyMem_Free(exports)
+        PyMem_Free(iov)
+
+
+def other_threads():
+    """True while the interpreter has a thread besides the caller's: any
+    other thread state, which every thread that runs Python code (or can
+    ask for the GIL) has.  A walk of the interpreter's list of thread
+    states, done holding the GIL: a few C instructions, where
+    ``threading.active_count()`` (the pure build's test) takes a lock and
+    runs Python code.
+    """
+    cdef PyThreadState *current = PyThreadState_Get()
+    cdef PyThreadState *state = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(current))
+    while state != NULL:
+        if state != current:
+            return True
+        state = PyThreadState_Next(state)
+    return False

@@ -1,0 +1,121 @@
+# Declarations for compiling _readcore.py with Cython in pure-Python mode
+# (the compiled core): the same .py, typed by this file.  See _streamcore.pxd for the
+# states of a stream's core.
+
+cimport cython
+
+from cpython.ref cimport Py_REFCNT
+
+from tornado_readinto._bytecopy cimport _copy_c
+from tornado_readinto.wire.framing cimport FrameReader
+
+
+# A C constant (see _readcore.py).
+cdef Py_ssize_t POOL_MAX_NBYTES
+cdef Py_ssize_t SPARE_MAX_NBYTES
+
+
+# CPython's own fields of the objects that read-ahead storage is made of
+# (Include/cpython/memoryobject.h and bytearrayobject.h, unchanged since
+# 3.3): what tells, in C, whether any view of a buffer is alive.
+cdef extern from "Python.h":
+    ctypedef struct _PyManagedBufferObject:
+        Py_ssize_t exports                    # memoryviews registered with it (a slice is one)
+    ctypedef struct PyMemoryViewObject:
+        _PyManagedBufferObject *mbuf
+        Py_ssize_t exports                    # buffer exports of this view
+    ctypedef struct PyByteArrayObject:
+        Py_ssize_t ob_exports                 # buffer exports of the bytearray
+
+
+# ReadCore._release_read_ahead's test in the compiled build (the pure build
+# releases the view and tries a resize): True when ``view``, the core's one
+# view of ``ra`` (held by the caller's local variable alone), has no other
+# reference, no slice or copy registered beside it and no export, and ``ra``
+# no export but the view's.  Then no code anywhere can reach the storage,
+# and it may serve another stream.
+cdef inline bint _unshared_c(object ra, object view) noexcept:
+    cdef PyMemoryViewObject *mv = <PyMemoryViewObject *>view
+    return (Py_REFCNT(view) == 1 and mv.exports == 0 and mv.mbuf.exports == 1
+            and (<PyByteArrayObject *>ra).ob_exports == 1)
+
+
+cdef class ReadAheadPool:
+    cdef readonly Py_ssize_t buffer_nbytes    # the size of every buffer
+    cdef readonly Py_ssize_t max_buffers      # the most free buffers kept
+    cdef readonly Py_ssize_t misses           # takes that found no free buffer
+    cdef readonly list _free                  # memoryviews over whole bytearrays; last given back last
+
+
+cdef class ReadCore:
+    # -- limits (Tornado's read_chunk_size and max_buffer_size) --
+    cdef public Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound
+    cdef public object max_buffer_size        # most bytes read ahead (a read_into target does not count);
+                                              # an object: dask.distributed passes a float
+    cdef public Py_ssize_t direct_min_nbytes  # missing bytes from which a read receives in place
+    # -- the read-ahead buffer: valid bytes are _ra[_start : _start + buffered_nbytes] --
+    cdef public Py_ssize_t buffered_nbytes
+    cdef public bint eof                      # eof_received (or connection_lost) was called
+    cdef readonly bytearray _ra               # or None: held only while bytes are read ahead
+    cdef object _ra_view                      # the one memoryview of _ra (the pool keeps it with it), or None
+    cdef Py_ssize_t _start
+    # -- the pending read (one at most) --
+    cdef int _mode                            # _IDLE, _INTO, _BYTES, _UNTIL, _REGEX, _CLOSE, _MESSAGE
+    cdef readonly object _target              # read_into's 'B' memoryview, or None
+    cdef readonly Py_ssize_t _filled          # bytes of _target filled
+    cdef Py_ssize_t _nbytes                   # read_into / read_bytes: bytes wanted
+    cdef bint _partial
+    cdef object _delimiter                    # bytes or None
+    cdef object _regex                        # compiled pattern or None
+    cdef object _max_bytes                    # int or None
+    cdef readonly Py_ssize_t _scanned         # bytes searched in vain (read_until, read_until_regex)
+    cdef FrameReader _reader                  # read_message's reader (a _ForeignReader for any other
+                                              # MessageReader), or None: its calls are C calls
+    cdef readonly object _lent                # the view get_buffer handed out last, or None
+    cdef bint _direct                         # ...and whether it is the pending read's own buffer
+    cdef ReadAheadPool _pool                  # where _ra comes from and goes back to, or None
+
+    # Starting reads: the result, or PENDING.  Sizes and offsets are C
+    # integers (@cython.locals) on the per-message paths.
+    @cython.locals(nbytes=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, take=Py_ssize_t)
+    cpdef object read_into(self, object view, bint partial=*)
+    @cython.locals(nbytes=Py_ssize_t)
+    cpdef bint fill(self, object buf) except -1
+    cpdef object read_bytes(self, Py_ssize_t num_bytes, bint partial=*)
+    cpdef object read_until(self, object delimiter, object max_bytes=*)
+    cpdef object read_until_regex(self, object regex, object max_bytes=*)
+    cpdef object read_until_close(self)
+    cpdef object read_message(self, object reader)
+    # The BufferedProtocol shape.
+    @cython.locals(mode=int, size=Py_ssize_t, room=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t,
+                   half=Py_ssize_t)
+    cpdef object get_buffer(self, Py_ssize_t sizehint=*)
+    @cython.locals(reader=FrameReader, mode=int, size=Py_ssize_t, filled=Py_ssize_t, missing=Py_ssize_t,
+                   start=Py_ssize_t, take=Py_ssize_t, wanted=Py_ssize_t)
+    cpdef object buffer_updated(self, Py_ssize_t nbytes, bint more=*)
+    cpdef object search(self)
+    cpdef object eof_received(self, bint clean=*)
+    @cython.locals(reader=FrameReader)
+    cpdef object connection_lost(self, object real_error=*)
+    # Internals (no Python call).
+    cdef object _drop_lent(self)
+    cdef object _end_read(self)
+    @cython.locals(filled=Py_ssize_t)
+    cdef object _finish_into(self)
+    cdef object _finish_take(self, Py_ssize_t nbytes)
+    cdef object _find_delimiter(self)
+    cdef object _find_regex(self)
+    cdef object _check_limit(self, object delimiter, Py_ssize_t size)
+    cdef object _feed_reader(self, FrameReader reader)
+    cdef object _reserve(self, Py_ssize_t free_nbytes)
+    @cython.locals(pool=ReadAheadPool, size=Py_ssize_t, start=Py_ssize_t, ra=bytearray, own=bytearray)
+    cpdef object spare_storage(self)
+    @cython.locals(pool=ReadAheadPool, free=list)
+    cdef object _take_storage(self, Py_ssize_t capacity)
+    @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
+    cdef object _take_into(self, object dst, Py_ssize_t dst_start, Py_ssize_t nbytes)
+    @cython.locals(size=Py_ssize_t, ra=bytearray)
+    cdef object _take_nbytes(self, Py_ssize_t nbytes)
+    cdef object _take(self, Py_ssize_t nbytes)
+    @cython.locals(pool=ReadAheadPool, ra=bytearray)
+    cdef object _release_read_ahead(self)
