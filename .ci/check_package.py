@@ -182,8 +182,8 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "tests_bench/test_bench_harness.py",
         "benchmarks/__init__.py",
     ]
-    wanted += ["setup.py", "tornado_readinto/core/_readcore.pxd", "tornado_readinto/core/_streamcore.pxd", "tornado_readinto/face/_facecore.pxd"]
-    wanted += ["tornado_readinto/core/_policy.pxd"]
+    wanted += ["setup.py", "tornado_readinto/core/_readcore.pxd", "tornado_readinto/core/_streamcore.pxd"]
+    wanted += ["tornado_readinto/face/_facecore.pxd", "tornado_readinto/core/_policy.pxd"]
     wanted += ["tornado_readinto/_bytecopy.pxd", "tornado_readinto/_cyshim.py"]
     wanted += ["tornado_readinto/core/_gilheld_native.pyx"]
     missing = [name for name in wanted if name not in names]
@@ -201,8 +201,9 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
     outside = sorted({f.split("/")[0] for f in files} - {"tornado_readinto", f"tornado_readinto-{version}.dist-info"})
     if outside or "tornado_readinto/py.typed" not in files:
         raise SystemExit(f"wheel: unexpected top-level entries {outside}, or no py.typed")
+    # "tornado_readinto/core/_readcore.cpython-311-x86_64-linux-gnu.so" -> "core._readcore"
     compiled = sorted(
-        ".".join(f.split("/")[1:]).split(".cpython")[0].split(".abi3")[0] for f in files if f.endswith((".so", ".pyd"))
+        f.partition("/")[2].partition(".")[0].replace("/", ".") for f in files if f.endswith((".so", ".pyd"))
     )
     # every module the package checks for its compiled build (COMPILED)
     modules = [*source_value("_COMPILED_MODULES"), *source_value("_NATIVE_MODULES")]
