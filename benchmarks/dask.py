@@ -978,6 +978,7 @@ def run_user_workload(
     results = [DaskResult(workload, p, scheme) for p in protocols]
 
     def rep(i: int, repetition: int, n: int) -> dict[str, Any]:
+        time.sleep(args.user_settle)  # (see --user-settle: the freed memory's state the same for both sides)
         return users.run_driver(users.spec_of(workload, scheme, i == 1, args), args.timeout)
 
     run_alternating(workload, protocols, args, rep, *keep_in(results), progress)
@@ -1263,6 +1264,14 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             help="p2p-shuffle ... scheduler-scale: sampled (untimed) repeats per side for the comm's share of the"
             " CPU, with py-spy (default: 1; 0: none)",
         )  # fmt: skip
+        p.add_argument(
+            "--user-settle", type=float, default=5.0,
+            help="p2p-shuffle ... scheduler-scale: seconds of pause before each fresh driver (default: 5), so that"
+            " memory freed by the last repetition's processes is in the same state for both sides: a VM guest may"
+            " hand free memory back to its host after about 2 s (virtio-balloon free page reporting), and the"
+            " next first touch of it then costs far more; back to back, the side whose cluster starts faster"
+            " gets more of the memory still backed",
+        )  # fmt: skip
         p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
 
     def check_arguments(self, args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
@@ -1271,6 +1280,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         if args.transfer_size < 8 or args.full_size < 8 or args.rechunk_size < 64 or args.busy_size < 8:
             p.error("sizes too small")
         args.env = dict(args.env or ())
+        if args.user_settle < 0:
+            p.error("--user-settle must be >= 0")
         if args.user_profile < 0 or args.scale_processes > args.scale_workers:
             p.error("--user-profile must be >= 0 and --scale-processes at most --scale-workers")
         if args.netpath is None:
@@ -1376,6 +1387,7 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
                 "threads_per_worker": 1,
                 "switched_by": users.readme_switch_environment(),
                 "profile_repeats": args.user_profile,
+                "settle_s": args.user_settle,
             },
             "busy_shapes": args.busy_shape,
             "switch_intervals": args.switch_interval,

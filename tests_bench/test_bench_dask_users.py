@@ -22,6 +22,7 @@ from tests.test_dask_switch import readme_switch_environment  # noqa: E402
 SMALL = [
     "--transfer-size", "1MiB", "--user-arrays", "3", "--user-shuffle-days", "2", "--user-shuffle-partitions", "4",
     "--user-rechunk-size", "8MiB", "--scale-workers", "6", "--scale-processes", "2", "--scale-tasks", "120",
+    "--user-settle", "0",
 ]  # fmt: skip
 
 
