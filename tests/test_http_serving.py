@@ -254,7 +254,7 @@ def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, 
         asked.append(answer)
         return answer
 
-    monkeypatch.setattr(ReadIntoIOStream, "_read_would_wait", scripted)
+    monkeypatch.setattr(ReadIntoIOStream, "read_would_wait", scripted)
 
     async def main():
         async with _connected(ReadIntoHTTPServer) as (_, reader, writer):
@@ -270,7 +270,7 @@ def test_http_serving_yields_exactly_when_the_next_read_may_not_wait(loop_name, 
 
 
 def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name, stream_clock):
-    """``_read_would_wait()`` on known states of a real socket: no while
+    """``read_would_wait()`` on known states of a real socket: no while
     bytes are read ahead or before the socket was proved empty; yes once a
     read parked, its recv drained the socket and a response went out (on
     uvloop a READ event's proof counts once a send has shown that the socket
@@ -279,19 +279,19 @@ def test_http_serving_the_would_wait_answer_follows_the_stream_state(loop_name, 
     async def main():
         server, client = await stream_pair(ReadIntoIOStream, busy_poll_s=0)
         try:
-            assert not server._read_would_wait()  # nothing proved yet
+            assert not server.read_would_wait()  # nothing proved yet
             client.socket.sendall(b"a\nb\n")
             assert await server.read_until(b"\n") == b"a\n"
-            assert not server._read_would_wait()  # b"b\n" is read ahead
+            assert not server.read_would_wait()  # b"b\n" is read ahead
             assert await server.read_until(b"\n") == b"b\n"
-            assert not server._read_would_wait()  # served from the buffer: the socket was not asked
+            assert not server.read_would_wait()  # served from the buffer: the socket was not asked
             reading = server.read_until(b"\n")  # parks: nothing there
             client.socket.sendall(b"c\n")
             assert await reading == b"c\n"
             await server.write(b"response")
-            assert server._read_would_wait()  # the recv that completed it was short: drained
+            assert server.read_would_wait()  # the recv that completed it was short: drained
             stream_clock.now += DRAINED_VALID_S
-            assert not server._read_would_wait()  # a proof that old no longer holds
+            assert not server.read_would_wait()  # a proof that old no longer holds
         finally:
             server.close()
             client.close()

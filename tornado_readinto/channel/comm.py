@@ -370,9 +370,17 @@ class Comm(FramedChannel):
 
     # -- handshake ----------------------------------------------------------------
 
-    async def _handshake(self, timeout: float) -> None:
+    async def handshake(self, timeout: float) -> None:
         """Exchange and check protocol handshakes (both ends write first, then
-        read, so neither waits for the other)."""
+        read, so neither waits for the other): once, before any other
+        message (`connect` and the `Listener` do).  The peer may send at most
+        one frame of ``HANDSHAKE_MAX_NBYTES`` bytes.
+
+        :raises CommTimeoutError: no handshake within ``timeout`` seconds.
+        :raises HandshakeError: the peer does not speak this protocol.
+        :raises CommClosedError: the connection broke (the comm is aborted
+            on every failure).
+        """
         local = {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION, "allow_pickle": self._allow_pickle}
         # A tight reader for the one handshake frame: an unknown peer cannot
         # make us allocate more than HANDSHAKE_MAX_NBYTES.
@@ -443,7 +451,7 @@ async def _connect_once(
     except BaseException:
         stream.close()
         raise
-    await comm._handshake(handshake_timeout)  # aborts the comm on failure
+    await comm.handshake(handshake_timeout)  # aborts the comm on failure
     return comm
 
 
@@ -587,7 +595,11 @@ class Listener:
         if scheme != "unix":
             self._host, self._port = parse_host_port(loc, default_port=0, address=address)
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Bind and listen (`listen` calls it).
+
+        :raises OSError: the address cannot be bound.
+        """
         if self._scheme == "unix":
             sock, self._unix_id = bind_unix_socket(self._loc, self._backlog)
             self._server.add_socket(sock)
@@ -648,7 +660,7 @@ class Listener:
         comm = Comm(stream, local, peer, **self._comm_kwargs)
         self._handshaking.add(comm)
         try:
-            await comm._handshake(self._handshake_timeout)
+            await comm.handshake(self._handshake_timeout)
         except (OSError, FramingError) as exc:
             logger.info("dropping connection from %s: %s", peer, exc)
             return
@@ -695,5 +707,5 @@ async def listen(
     :raises OSError: the address cannot be bound (``EADDRINUSE``…).
     """
     listener = Listener(address, handler, ssl_context=ssl_context, **kwargs)
-    await listener._start()
+    await listener.start()
     return listener

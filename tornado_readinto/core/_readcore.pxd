@@ -40,11 +40,17 @@ cdef inline bint _unshared_c(object ra, object view) noexcept:
             and (<PyByteArrayObject *>ra).ob_exports == 1)
 
 
+@cython.final
 cdef class ReadAheadPool:
     cdef readonly Py_ssize_t buffer_nbytes    # the size of every buffer
     cdef readonly Py_ssize_t max_buffers      # the most free buffers kept
     cdef readonly Py_ssize_t misses           # takes that found no free buffer
     cdef readonly list _free                  # memoryviews over whole bytearrays; last given back last
+
+    cpdef bint has_free(self)
+    cpdef object take(self)
+    cpdef bint has_room_for(self, Py_ssize_t nbytes)
+    cpdef object give(self, object view)
 
 
 cdef class ReadCore:
@@ -110,7 +116,11 @@ cdef class ReadCore:
     cdef object _reserve(self, Py_ssize_t free_nbytes)
     @cython.locals(pool=ReadAheadPool, size=Py_ssize_t, start=Py_ssize_t, ra=bytearray, own=bytearray)
     cpdef object spare_storage(self)
-    @cython.locals(pool=ReadAheadPool, free=list)
+    # Asked by the stream mechanism (C calls).
+    cdef bint has_read(self)
+    cdef object release_if_empty(self)
+    cdef Py_ssize_t needed_for_sure(self, Py_ssize_t left)
+    @cython.locals(pool=ReadAheadPool)
     cdef object _take_storage(self, Py_ssize_t capacity)
     @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
     cdef object _take_into(self, object dst, Py_ssize_t dst_start, Py_ssize_t nbytes)

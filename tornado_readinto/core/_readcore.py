@@ -217,6 +217,32 @@ class ReadAheadPool:
         """Free every buffer the pool keeps."""
         del self._free[:]
 
+    def has_free(self) -> bool:
+        """True if a take now would get a kept buffer."""
+        return bool(self._free)
+
+    def take(self) -> memoryview | None:
+        """The view of the buffer given back last, which leaves the pool; or
+        None, counted in `misses`, if none is kept.  O(1)."""
+        free = self._free
+        if free:
+            try:
+                return free.pop()
+            except IndexError:  # (the pure build: another thread took the last one)
+                pass
+        self.misses += 1
+        return None
+
+    def has_room_for(self, nbytes: int) -> bool:
+        """True if a buffer of ``nbytes`` bytes given back now would be kept:
+        it is of the pool's size and fewer than `max_buffers` are kept."""
+        return nbytes == self.buffer_nbytes and len(self._free) < self.max_buffers
+
+    def give(self, view: memoryview) -> None:
+        """Keep ``view`` (of a whole buffer of the pool's size, referenced by
+        nothing else: see `has_room_for`) for the next `take`.  O(1)."""
+        self._free.append(view)
+
     def __repr__(self) -> str:
         return f"<ReadAheadPool of {len(self._free)} free buffers of {self.buffer_nbytes} bytes>"
 
@@ -989,7 +1015,7 @@ class ReadCore:
         ra = self._ra
         if (
             pool is None
-            or pool._free
+            or pool.has_free()
             or pool.misses < 2
             or not size
             or size > SPARE_MAX_NBYTES
@@ -1004,6 +1030,26 @@ class ReadCore:
         self._release_read_ahead()
         self._ra, self._ra_view, self._start = own, memoryview(own), 0
 
+    def has_read(self) -> bool:
+        """True while a read is pending."""
+        return self._mode != _IDLE
+
+    def release_if_empty(self) -> None:
+        """Give the read-ahead storage back if it holds no bytes: an idle
+        stream holds none.  O(1)."""
+        if not self.buffered_nbytes and self._ra is not None:
+            self._release_read_ahead()
+
+    def needed_for_sure(self, left: int) -> int:
+        """After a receive into the last `get_buffer` view left ``left`` bytes
+        of it unfilled and the read waiting: the bytes the pending read is
+        sure to need, ``left`` if that view was its own buffer's rest (a
+        ``read_into`` that is not partial, a `FrameReader`'s frame), else 0
+        (another reader's buffer may be larger than its message)."""
+        if self._direct and (not self._partial if self._mode == _INTO else type(self._reader) is FrameReader):
+            return left
+        return 0
+
     def _take_storage(self, capacity: int) -> memoryview:
         """A view over whole new storage of ``capacity`` bytes: a buffer of
         the pool when ``capacity`` is ``read_chunk_size`` and the pool has
@@ -1012,13 +1058,9 @@ class ReadCore:
             pool = self._pool
             if pool is None or pool.buffer_nbytes != capacity:
                 pool = self._pool = read_ahead_pool(capacity)
-            free = pool._free
-            if free:
-                try:
-                    return free.pop()  # type: ignore[no-any-return]
-                except IndexError:  # (the pure build: another thread took the last one)
-                    pass
-            pool.misses += 1
+            view = pool.take()
+            if view is not None:
+                return view
         return memoryview(_new_bytearray(capacity))
 
     def _take_into(self, dst: Any, dst_start: int, nbytes: int) -> None:
@@ -1071,12 +1113,12 @@ class ReadCore:
         ra = self._ra
         self._ra = self._ra_view = None
         pool = self._pool
-        if pool is not None and len(ra) == pool.buffer_nbytes and len(pool._free) < pool.max_buffers:  # type: ignore[arg-type]
+        if pool is not None and pool.has_room_for(len(ra)):  # type: ignore[arg-type]
             if cython.compiled:
                 # Ours alone: no other reference to the view, no slice of it,
                 # no export of it or of the bytearray but the view's own.
                 if _unshared_c(ra, view):  # type: ignore[name-defined]  # noqa: F821
-                    pool._free.append(view)
+                    pool.give(view)
                     return
             else:
                 try:
@@ -1084,7 +1126,7 @@ class ReadCore:
                 except BufferError:
                     return  # exported: it goes with its holder
                 if _unshared(ra):  # type: ignore[arg-type]
-                    pool._free.append(memoryview(ra))  # type: ignore[arg-type]
+                    pool.give(memoryview(ra))  # type: ignore[arg-type]
                 return
         try:
             view.release()

@@ -55,7 +55,6 @@ cimport cython
 from tornado_readinto.core._policy cimport StreamPolicy
 from tornado_readinto.core._sockcalls cimport SocketCalls
 from tornado_readinto.core._readcore cimport ReadCore
-from tornado_readinto.wire.framing cimport FrameReader
 from tornado_readinto.core.writebuffer cimport ChunkedWriteBuffer
 
 

@@ -49,12 +49,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from ..face._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
-from ..wire.framing import FrameReader
 from ._emptyproof import DRAINED_VALID_S
 from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES
 from ._policy import CORK_MAX_NBYTES, StreamPolicy
 from ._readcore import (
-    _INTO,
     DEFAULT_MAX_BUFFER_SIZE,
     DEFAULT_READ_CHUNK_SIZE,
     DIRECT_READ_MIN_NBYTES,
@@ -309,7 +307,7 @@ class StreamCore:
             buffer could not be made (``where`` is ``"data"``).
         """
         reads = self.reads
-        reading = reads._mode != 0  # not _IDLE
+        reading = reads.has_read()
         read_from_fd = self.read_from_fd
         policy = self.policy
         policy.receiving()
@@ -354,19 +352,14 @@ class StreamCore:
                 return result
             if not policy.keep_receiving():
                 break
-        if not reads.buffered_nbytes and reads._ra is not None:
-            reads._release_read_ahead()  # (EAGAIN or EOF: an idle stream holds no storage)
+        reads.release_if_empty()  # (EAGAIN or EOF)
         if received == 0:
             return EOF  # the peer closed: the owner closes (a pending read ends)
         if self.closed or not reading:
             return PENDING
         # The read waits (EAGAIN or a short receive): what is left of its own
-        # buffer, if the receive went there, is what it is sure to need, for
-        # a read_into that is not partial and for a FrameReader's frame (its
-        # view is exactly the frame's rest); another MessageReader's buffer
-        # may be larger than its message.
-        if reads._direct and (not reads._partial if reads._mode == _INTO else type(reads._reader) is FrameReader):
-            self.wait_nbytes = requested - (received or 0)
+        # buffer, if the receive went there, is what it is sure to need.
+        self.wait_nbytes = reads.needed_for_sure(requested - (received or 0))
         return reads.search()  # a regex search put off by buffer_updated(n, True)
 
     def park(self) -> bool:

@@ -73,15 +73,17 @@ class _ClosesOnCancel:
     """Mixin of the eager read Future: cancelling it closes its stream."""
 
     __slots__ = ()
-    _stream: Any
+    #: The `FaceCore` whose pending read this is (its stream closes on a
+    #: cancel), or None once the read completed.
+    closes: Any
 
     def cancel(self, msg: Any = None) -> bool:
         cancelled: bool = super().cancel(msg)  # type: ignore[misc]
         if cancelled:
-            stream = self._stream
-            self._stream = None
-            if stream is not None:
-                stream._on_read_cancelled(self)
+            core = self.closes
+            self.closes = None
+            if core is not None:
+                core.on_read_cancelled(self)
         return cancelled
 
 
@@ -93,7 +95,7 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     run at least two threads at once and where the GIL was ever seen
     contended."""
 
-    __slots__ = ("_stream",)
+    __slots__ = ("closes",)
 
 
 class LoopShared:
@@ -352,7 +354,7 @@ class FaceCore:
         if self.policy.eager_future():
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
-            future._stream = self.face
+            future.closes = self
         else:
             # An exact Future, which a task awaits through asyncio's fast
             # path (a subclass costs the task generic method calls per
@@ -402,7 +404,7 @@ class FaceCore:
                 if future.cancelled():
                     self.on_read_cancelled(future)
                     return
-                future._stream = None
+                future.closes = None
             elif not future.remove_done_callback(self.done_cb) and future.cancelled():
                 # A plain Future whose done callback was scheduled (so no
                 # longer there to remove) and has not run yet.
@@ -443,7 +445,7 @@ class FaceCore:
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
-        loop (see ``ReadIntoIOStream._read_would_wait``).  No syscall."""
+        loop (see ``ReadIntoIOStream.read_would_wait``).  No syscall."""
         if self.reads.buffered_nbytes:
             return False
         state = self.state

@@ -205,9 +205,12 @@ class ReadIntoHTTP1Connection(HTTP1Connection):
     .. versionadded:: 0.1
     """
 
-    #: Set by the serving loop that built this connection: the header
-    #: deadline to stop once the request's headers have arrived.
-    _header_timeout: _HeaderTimeout | None = None
+    def __init__(self, *args: Any, header_timeout: _HeaderTimeout | None = None, **kwargs: Any) -> None:
+        """As Tornado's ``HTTP1Connection``; ``header_timeout``: the serving
+        loop's header deadline, stopped once the request's headers have
+        arrived (None: no deadline)."""
+        super().__init__(*args, **kwargs)
+        self._header_timeout = header_timeout
 
     def _parse_headers(self, data: bytes) -> Any:
         header_timeout = self._header_timeout
@@ -362,10 +365,11 @@ class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
         header_timeout = _HeaderTimeout(stream.io_loop, timeout) if timeout is not None else None
         try:
             while True:
-                conn = ReadIntoHTTP1Connection(stream, False, self._request_params, self.context)
+                conn = ReadIntoHTTP1Connection(
+                    stream, False, self._request_params, self.context, header_timeout=header_timeout
+                )
                 request_delegate = delegate.start_request(self, conn)
                 if header_timeout is not None:
-                    conn._header_timeout = header_timeout
                     header_timeout.start(conn)
                 try:
                     keep_going = await conn.read_response(request_delegate)
@@ -377,7 +381,7 @@ class ReadIntoHTTP1ServerConnection(HTTP1ServerConnection):
                     return
                 if not keep_going:
                     return
-                if not stream._read_would_wait():
+                if not stream.read_would_wait():
                     await asyncio.sleep(0)  # the next read may not wait: yield here
         finally:
             if header_timeout is not None:

@@ -610,11 +610,7 @@ class ReadIntoIOStream(IOStream):
         ``complete``)."""
         self._core.complete(result)
 
-    def _on_read_cancelled(self, future: Future[Any]) -> None:
-        """The pending read's Future was cancelled: the stream closes."""
-        self._core.on_read_cancelled(future)
-
-    def _read_would_wait(self) -> bool:
+    def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
         loop: nothing is read ahead and a ``recv`` just proved the (plain)
         socket empty with READ registered.  No syscall.  Lets a serving loop
@@ -1015,7 +1011,7 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
                 return
             # Records may already sit decrypted in the SSL object.
             self._core.policy.may_have_data()
-        ReadIntoIOStream._readable(self)
+        super()._readable()
 
     def _writable(self) -> None:
         if self._ssl_accepting:
@@ -1024,10 +1020,10 @@ class SSLReadIntoIOStream(ReadIntoIOStream, SSLIOStream):  # type: ignore[misc]
                 return
             self._core.policy.may_have_data()
             if self._read_future is not None:
-                ReadIntoIOStream._readable(self)
+                super()._readable()
                 if self._closed:
                     return
-        ReadIntoIOStream._writable(self)
+        super()._writable()
 
     def close_fd(self) -> None:
         """As stock (close the socket), after emptying this thread's OpenSSL

@@ -67,9 +67,12 @@ class ReadIntoTCPClient(TCPClient):
     .. versionadded:: 0.1
     """
 
-    def __init__(self, resolver: Resolver | None = None) -> None:
+    def __init__(self, resolver: Resolver | None = None, *, own_resolver: bool = False) -> None:
+        """``own_resolver``: whether `close` closes a given ``resolver`` too
+        (a resolver made here always is)."""
         if resolver is not None:
             super().__init__(resolver)
+            self._own_resolver = own_resolver
             return
         # Numeric hosts inline, names through Tornado's default resolver;
         # both are this client's to close.
@@ -80,9 +83,7 @@ class ReadIntoTCPClient(TCPClient):
     def from_tcp_client(cls, client: TCPClient) -> ReadIntoTCPClient:
         """A `ReadIntoTCPClient` that takes over ``client``'s resolver (and
         its duty to close it, if ``client`` owned it)."""
-        new = cls(resolver=client.resolver)
-        new._own_resolver = client._own_resolver
-        return new
+        return cls(resolver=client.resolver, own_resolver=client._own_resolver)
 
     def make_stream(self, sock: socket.socket, max_buffer_size: int | None = None) -> ReadIntoIOStream:
         """Build the stream for a new, not yet connected, socket.
