@@ -671,9 +671,9 @@ FIGURES.update({
 })
 
 
-#: The longer run of the two rows that lost (15 repetitions, tcp:// only).
+#: The longer run of the two rows that lost (9 settled repetitions, tcp:// only).
 USERS_LONGER = "dask-users-gather.json"
-FIGURES.update({f"users15.tcp.{wl}": dask_ratio(USERS_LONGER, wl, "tcp+switch") for wl in ("gather", "p2p-rechunk")})
+FIGURES.update({f"userslong.tcp.{wl}": dask_ratio(USERS_LONGER, wl, "tcp+switch") for wl in ("gather", "p2p-rechunk")})
 
 
 #: Fresh clusters' 16 x 64 MiB worker-to-worker transfers over tls://, as
@@ -914,24 +914,24 @@ QUOTES: list[Quote] = [
                         "and {users.tls.p2p-shuffle:spread} over tls://, the comm {users.tcp.p2p-shuffle.share.stock} "
                         "of the workers' CPU"),
     Quote("README.rst", "a 1 GiB P2P rechunk at {users.tcp.p2p-rechunk:spread} and {users.tls.p2p-rechunk:spread}, "
-                        "{users15.tcp.p2p-rechunk} over 15 repetitions"),
+                        "{userslong.tcp.p2p-rechunk:spread} over 9 settled repetitions"),
     Quote("README.rst", "the client gathering 8 x 64 MiB at {users.tcp.gather:spread} and {users.tls.gather:spread}, "
-                        "{users15.tcp.gather} over 15 repetitions"),
+                        "{userslong.tcp.gather:spread} over 9 settled repetitions"),
     Quote("README.rst", "the client scattering 8 x 64 MiB at {users.tcp.scatter:spread} and "
                         "{users.tls.scatter:spread}"),
     Quote("README.rst", "a dask scheduler with 64 workers and 10,000 tiny tasks at "
                         "{users.tcp.scheduler-scale:spread} and {users.tls.scheduler-scale:spread}, with "
                         "{users.tcp.scheduler-scale.cpu} less CPU per task over tcp://"),
     # docs/performance.rst, the workloads users run
-    Quote("docs/performance.rst", "over 15 repetitions (benchmarks/results/dask-users-gather.json, python -m "
-                                  "benchmarks.dask --workload gather,p2p-rechunk --pair switch --repeat 15 --warmup 0 "
-                                  "--user-profile 0) {users15.tcp.gather} stock, and the rechunk "
-                                  "{users15.tcp.p2p-rechunk}"),
+    Quote("docs/performance.rst", "over 9 settled repetitions (benchmarks/results/dask-users-gather.json, python -m "
+                                  "benchmarks.dask --workload gather,p2p-rechunk --pair switch --repeat 9 --warmup 0 "
+                                  "--user-profile 0) the gather runs at {userslong.tcp.gather:spread} stock and the "
+                                  "rechunk at {userslong.tcp.p2p-rechunk:spread}"),
     Quote("docs/performance.rst", "about a third of its CPU either way, and distributed's serialization and the "
                                   "socket calls alone, which the switch leaves as stock's, are "
                                   "{users.tcp.scheduler-scale.floor} of it over tcp://"),
-    Quote("docs/performance.rst", "the client's gather ({users15.tcp.gather} over 15 repetitions) and the P2P "
-                                  "rechunk ({users15.tcp.p2p-rechunk}) lose on this machine"),
+    Quote("docs/performance.rst", "the client's gather loses on this machine ({userslong.tcp.gather} over 9 "
+                                  "settled repetitions)"),
     Quote("docs/performance.rst", "runs at {coldtls.default:spread}, the switched receiver taking fewer page faults "
                                   "({coldtls.switched.faults} against {coldtls.stock.faults} per GiB) and less kernel "
                                   "time ({coldtls.switched.sys} against {coldtls.stock.sys} s per GiB); with the GIL "
