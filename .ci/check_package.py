@@ -178,7 +178,7 @@ def check_contents(sdist: pathlib.Path, wheel: pathlib.Path, version: str) -> No
         "tornado_readinto/__init__.py",
         "tornado_readinto/py.typed",
         "tests/conftest.py",
-        "tests/test_comm.py",
+        "tests/channel/test_comm.py",
         "tests_bench/test_bench_harness.py",
         "benchmarks/__init__.py",
     ]

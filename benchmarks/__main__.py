@@ -42,7 +42,7 @@ def usage() -> str:
     lines += [f"  {name:<{width}}  {suite(name).summary}" for name in SUITES]
     lines += [
         "",
-        "micro-benchmarks of the pure parts: pytest benchmarks --benchmark-group-by=group,param:nbytes",
+        "micro-benchmarks of the pure parts: pytest benchmarks/micro --benchmark-group-by=group,param:nbytes",
         "bytecodes per echoed message (a count, not a timing): python -m benchmarks.opcodes",
         "machine instructions per echoed message (valgrind; a count): python -m benchmarks.instructions",
         "the docs' tables, headline and plot from benchmarks/results/: python -m benchmarks.publish",

@@ -464,7 +464,7 @@ def _readme() -> str:
 def test_readme_is_a_first_screen() -> None:
     text = _readme()
     assert len(text.splitlines()) <= 250
-    # the dask section leads with the switch (tests/test_dask_switch.py runs its block)
+    # the dask section leads with the switch (tests/dask/test_dask_switch.py runs its block)
     dask_section = text[text.index("\ndask: ") :]
     assert dask_section.index("dask-tcp-switch") < dask_section.index("readinto://")
     assert "DASK_DISTRIBUTED__WORKER__PRELOAD=tornado_readinto.dask_preload" in text

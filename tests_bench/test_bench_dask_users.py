@@ -16,7 +16,7 @@ pytest.importorskip("distributed")
 
 from benchmarks import dask_users as users  # noqa: E402
 from benchmarks.dask import SUITE  # noqa: E402
-from tests.test_dask_switch import readme_switch_environment  # noqa: E402
+from tests.dask.test_dask_switch import readme_switch_environment  # noqa: E402
 
 #: Small sizes: a few seconds per fresh driver.
 SMALL = [

@@ -167,7 +167,7 @@ def _load_native() -> ModuleType | None:
 
 
 # Both where they load: the ctypes calls are the pure build's, and the
-# twin that tests/test_gilheld_native.py compares the native calls with.
+# twin that tests/core/test_gilheld_native.py compares the native calls with.
 _native = _load_native()
 _funcs = _load_ctypes()
 

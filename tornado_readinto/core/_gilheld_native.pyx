@@ -8,7 +8,7 @@ mode, a ``.py`` would have nothing it could run as Python.  Its pure twin is
 the ctypes code in ``_gilheld`` (`recv_into_ctypes`, `writev_ctypes`), which
 the pure build runs (``TORNADO_READINTO_NO_EXTENSIONS``: the package's
 meta-path finder refuses this module) and which
-``tests/test_gilheld_native.py`` feeds the same random inputs as this one.
+``tests/core/test_gilheld_native.py`` feeds the same random inputs as this one.
 
 The contract is ``_gilheld``'s, to the exception type: same arguments,
 results and errors.  Each buffer is exported (``PyObject_GetBuffer``) for the

@@ -21,8 +21,6 @@ cdef class FaceCore:
     cdef readonly object face                 # the ReadIntoIOStream
     cdef readonly object loop                 # its asyncio loop
     cdef readonly StreamCore io               # the mechanism: receive loop and write queue
-    cdef readonly ReadCore reads              # io.reads: the read state
-    cdef readonly StreamPolicy policy         # io.policy: the heuristics
     cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
     cdef readonly bint drops_on_error         # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --

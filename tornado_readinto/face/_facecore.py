@@ -186,8 +186,6 @@ class FaceCore:
         "face",
         "loop",
         "io",
-        "reads",
-        "policy",
         "plain_events",
         "drops_on_error",
         "read_future",
@@ -220,10 +218,6 @@ class FaceCore:
         self.loop: Any = loop
         #: The stream's mechanism: the receive loop and the write queue.
         self.io = io
-        #: Its read state and its heuristics (the same objects, one C field
-        #: away instead of two).
-        self.reads = io.reads
-        self.policy = io.policy
         #: The face's ``_readable``/``_writable`` are the plain ones (not
         #: TLS's, not a subclass's): the core runs them itself.
         self.plain_events = plain_events
@@ -258,11 +252,21 @@ class FaceCore:
         #: `on_read_done`, bound once (a plain read Future's done callback).
         self.done_cb: Any = self.on_read_done
 
+    @property
+    def reads(self) -> Any:
+        """The stream's read state (``io.reads``)."""
+        return self.io.reads
+
+    @property
+    def policy(self) -> Any:
+        """The stream's heuristics (``io.policy``)."""
+        return self.io.policy
+
     # -- reads -----------------------------------------------------------------
 
     def read_into_future(self, buf: Any, partial: bool = False) -> Any:
         """The face's ``read_into``: see `ReadIntoIOStream.read_into`."""
-        reads = self.reads
+        reads = self.io.reads
         if type(buf) is bytearray:  # always writable, contiguous and of format 'B'
             # Compiled, bytes read ahead that fill it need no memoryview (in
             # the pure build the extra call would cost a read that waits more
@@ -303,7 +307,7 @@ class FaceCore:
         if self.read_future is not None:
             return self.busy()
         try:
-            result = self.reads.read_bytes(num_bytes, partial)
+            result = self.io.reads.read_bytes(num_bytes, partial)
         except Exception as e:
             return self.start_failed(e)
         return self.started(result)
@@ -314,7 +318,7 @@ class FaceCore:
         if self.read_future is not None:
             return self.busy()
         try:
-            result = self.reads.read_message(reader)
+            result = self.io.reads.read_message(reader)
         except Exception as e:
             return self.start_failed(e)
         return self.started(result)
@@ -351,7 +355,7 @@ class FaceCore:
             self.listen_if_idle()
             return future
         io = self.io
-        if self.policy.eager_future():
+        if self.io.policy.eager_future():
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
             future.closes = self
@@ -367,14 +371,14 @@ class FaceCore:
             # Nothing more will come: raise, as stock does (its Future stays
             # pending); the read ends, which releases a read_into buffer.
             error = self.face.error
-            self.reads.connection_lost(error)
+            self.io.reads.connection_lost(error)
             future.add_done_callback(_retrieve)
             raise StreamClosedError(real_error=error)
         state = self.state
         registered = state is not None and state & _READ != 0
         try:
-            if not self.policy.skip_receive(registered):
-                self.policy.confirmed()  # whatever this receive ends on shows it
+            if not self.io.policy.skip_receive(registered):
+                self.io.policy.confirmed()  # whatever this receive ends on shows it
                 result = io.receive()
                 if result is not PENDING:
                     if result is EOF:
@@ -440,16 +444,16 @@ class FaceCore:
         if self.read_future is future and not self.io.closed:
             self.read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
-            self.reads.discard()
+            self.io.reads.discard()
             self.face._fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
         loop (see ``ReadIntoIOStream.read_would_wait``).  No syscall."""
-        if self.reads.buffered_nbytes:
+        if self.io.reads.buffered_nbytes:
             return False
         state = self.state
-        return self.policy.skip_receive(state is not None and state & _READ != 0)
+        return self.io.policy.skip_receive(state is not None and state & _READ != 0)
 
     def readable_event(self) -> None:
         """A READ event: receive for the pending read (or read ahead).
@@ -469,7 +473,7 @@ class FaceCore:
         send follows before the next read; none on asyncio's own loops,
         which never drop a socket."""
         io = self.io
-        policy = self.policy
+        policy = self.io.policy
         policy.confirmed()  # (this event shows the socket is watched)
         completed = False
         while True:
@@ -513,12 +517,12 @@ class FaceCore:
             return
         self.in_events = True
         try:
-            self.policy.data_ready()
+            self.io.policy.data_ready()
             if self.plain_events:
                 self.readable_event()
             else:
                 face._readable()
-            if not io.closed and self.read_future is None and self.reads.buffered_nbytes >= self.reads.read_chunk_size:
+            if not io.closed and self.read_future is None and self.io.reads.buffered_nbytes >= self.io.reads.read_chunk_size:
                 face._update_state()  # the read-ahead is full: READ goes
         except Exception as e:
             if self.face._fail(e, "events"):

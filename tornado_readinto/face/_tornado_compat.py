@@ -5,7 +5,7 @@ depends on.
 and write machinery, so it necessarily uses private attributes and helpers of
 ``tornado.iostream``.  They are listed (and imported) here so that a Tornado
 release that changes them fails loudly at import time, and so that one test
-(`tests/test_tornado_compat.py`) can check that they still exist.
+(`tests/face/test_tornado_compat.py`) can check that they still exist.
 
 This module imports ``tornado.iostream``, ``tornado.netutil`` and
 ``tornado.concurrent`` only: the stream and its core import no HTTP module.
@@ -88,7 +88,7 @@ PRIVATE_STREAM_ATTRS = (
 #: Methods of Tornado's ``BaseIOStream``/``IOStream`` (private hooks, and the
 #: public ``read_from_fd``/``write_to_fd`` that subclasses implement) that
 #: `ReadIntoIOStream` or `SSLReadIntoIOStream` override or call.
-#: ``tests/test_tornado_compat.py`` checks that each exists on Tornado's
+#: ``tests/face/test_tornado_compat.py`` checks that each exists on Tornado's
 #: classes and that every method our stream classes define under a name
 #: Tornado's classes also have is listed here: an override is never silent.
 PRIVATE_STREAM_HOOKS = (

@@ -7,7 +7,7 @@ The stream-level internals are `tornado_readinto.face._tornado_compat`'s, which
 imports no HTTP module, so that the stream and its core import without
 ``tornado.web`` or ``tornado.httpserver``.  A Tornado that renames one of the
 hooks below fails at import (`check_entry_point_hooks`);
-``tests/test_tornado_compat.py`` checks the instance attributes.
+``tests/face/test_tornado_compat.py`` checks the instance attributes.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ PRIVATE_ENTRY_POINT_HOOKS: tuple[tuple[type, str], ...] = (
 #: and what ``HTTPServer.handle_stream`` passes to a connection it builds
 #: (``protocol``, ``trusted_downstream``, ``conn_params``, ``_connections``),
 #: which `ReadIntoHTTPServer.handle_stream` does in its place.
-#: An instance is needed to see them; ``tests/test_tornado_compat.py`` checks
+#: An instance is needed to see them; ``tests/face/test_tornado_compat.py`` checks
 #: them.
 PRIVATE_INSTANCE_ATTRS: dict[str, tuple[str, ...]] = {
     "tornado.tcpclient.TCPClient": ("_own_resolver", "resolver"),

@@ -27,7 +27,7 @@ zeroing on first touch, which no user-space trick removes; huge pages make it ch
 avoids it.  Allocating and filling 64 MiB buffers that stay alive (as received
 frames do), same machine: ``bytearray`` ~2.5 GB/s, private ``mmap`` ~2.2 GB/s,
 private ``mmap`` + ``MADV_HUGEPAGE`` ~7 GB/s, ``numpy.empty`` ~8 GB/s (noisy,
-shared cores; rerun with ``benchmarks/test_bench_allocators.py``).
+shared cores; rerun with ``benchmarks/micro/bench_allocators.py``).
 
 This module does no I/O and imports neither Tornado nor ``socket``; numpy is
 imported on first use of `uninitialized_allocator`, if installed.

@@ -1,0 +1,1 @@
+"""Tests of ``tornado_readinto.core``."""
