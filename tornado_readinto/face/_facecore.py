@@ -522,7 +522,7 @@ class FaceCore:
                 self.readable_event()
             else:
                 face._readable()
-            if not io.closed and self.read_future is None and self.io.reads.buffered_nbytes >= self.io.reads.read_chunk_size:
+            if not io.closed and self.read_future is None and io.reads.buffered_nbytes >= io.reads.read_chunk_size:
                 face._update_state()  # the read-ahead is full: READ goes
         except Exception as e:
             if self.face._fail(e, "events"):
