@@ -149,13 +149,34 @@ def test_release_counts_difference_and_plain_data():
 
 @pytest.mark.parametrize("timeout", [0, 0.001, None])
 def test_counting_selector_counts_an_asyncio_loops_polls(timeout):
-    selector = CountingSelector()
+    timed_poll = threading.Event()
+
+    class Selector(CountingSelector):
+        def select(self, timeout=None):
+            if timeout is not None and timeout > 0:
+                timed_poll.set()
+            return super().select(timeout)
+
+    selector = Selector()
     loop = asyncio.SelectorEventLoop(selector)
     try:
 
         async def main():
             await asyncio.sleep(0)  # one turn with a ready callback: a zero-timeout poll
-            await asyncio.sleep(0.001)  # a timer: a timed poll
+            # A timer that cannot expire first: the loop's next poll waits for
+            # it, timed, until this thread, once that poll began, wakes it.
+            far = loop.call_later(3600, lambda: None)
+            woken = loop.create_future()
+
+            def wake():
+                timed_poll.wait()
+                loop.call_soon_threadsafe(woken.set_result, None)
+
+            waker = threading.Thread(target=wake)
+            waker.start()
+            await woken
+            far.cancel()
+            waker.join()
 
         loop.run_until_complete(main())
     finally:
