@@ -1269,8 +1269,8 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
             help="p2p-shuffle ... scheduler-scale: seconds of pause before each fresh driver (default: 5), so that"
             " memory freed by the last repetition's processes is in the same state for both sides: a VM guest may"
             " hand free memory back to its host after about 2 s (virtio-balloon free page reporting), and the"
-            " next first touch of it then costs far more; back to back, the side whose cluster starts faster"
-            " gets more of the memory still backed",
+            " next first touch of it then costs far more; back to back, that cost follows the gap since the last"
+            " repetition",
         )  # fmt: skip
         p.add_argument("--timeout", type=float, default=300.0, help="seconds per repeat before it fails (default: 300)")
 

@@ -355,7 +355,7 @@ class FaceCore:
             self.listen_if_idle()
             return future
         io = self.io
-        if self.io.policy.eager_future():
+        if io.policy.eager_future():
             future = _EagerReadFuture(loop=self.loop)
             future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
             future.closes = self
@@ -371,14 +371,14 @@ class FaceCore:
             # Nothing more will come: raise, as stock does (its Future stays
             # pending); the read ends, which releases a read_into buffer.
             error = self.face.error
-            self.io.reads.connection_lost(error)
+            io.reads.connection_lost(error)
             future.add_done_callback(_retrieve)
             raise StreamClosedError(real_error=error)
         state = self.state
         registered = state is not None and state & _READ != 0
         try:
-            if not self.io.policy.skip_receive(registered):
-                self.io.policy.confirmed()  # whatever this receive ends on shows it
+            if not io.policy.skip_receive(registered):
+                io.policy.confirmed()  # whatever this receive ends on shows it
                 result = io.receive()
                 if result is not PENDING:
                     if result is EOF:
@@ -473,7 +473,7 @@ class FaceCore:
         send follows before the next read; none on asyncio's own loops,
         which never drop a socket."""
         io = self.io
-        policy = self.io.policy
+        policy = io.policy
         policy.confirmed()  # (this event shows the socket is watched)
         completed = False
         while True:
@@ -517,7 +517,7 @@ class FaceCore:
             return
         self.in_events = True
         try:
-            self.io.policy.data_ready()
+            io.policy.data_ready()
             if self.plain_events:
                 self.readable_event()
             else:
