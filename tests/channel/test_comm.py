@@ -743,16 +743,19 @@ async def check_backpressure_resumes(endpoint):
         small = b"s" * (MiB // 2)
         assert completes_without_waiting(comm.write({"data": small})) > MiB // 2  # under the mark
         data = np.random.default_rng(2).bytes(32 * MiB)
-        writing = asyncio.ensure_future(comm.write({"data": data}))
-        # queued (far more than kernel buffers take) and waiting: over the
-        # mark, and the peer does not read
-        await until(lambda: comm.stream.write_buffer_nbytes > 16 * MiB)
+        # the queue is under the mark when it is queued: returns at once
+        # though the peer does not read, as distributed's own comm does
+        assert completes_without_waiting(comm.write({"data": data})) > 32 * MiB
+        assert comm.stream.write_buffer_nbytes > 16 * MiB  # far more than kernel buffers take
+        # over the mark: the next write waits for the queue to drain first
+        writing = asyncio.ensure_future(comm.write({"data": small}))
+        await asyncio.sleep(0)  # one loop turn: the write runs to its wait
         assert not writing.done()
         may_read.set()
-        assert await asyncio.wait_for(writing, 10) > 32 * MiB  # resumed once the peer read
+        assert await asyncio.wait_for(writing, 10) > MiB // 2  # resumed once the peer read
         await asyncio.wait_for(comm.close(), 10)
-        await finished  # the peer read both, then saw the close
-        assert got == [digest(small), digest(data)]
+        await finished  # the peer read all three, then saw the close
+        assert got == [digest(small), digest(data), digest(small)]
     finally:
         listener.stop()
 

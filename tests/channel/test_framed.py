@@ -8,6 +8,7 @@ import random
 import socket
 import struct
 import tracemalloc
+import weakref
 
 import numpy as np
 import pytest
@@ -295,8 +296,9 @@ def test_framed_send_frames_waits_only_above_high_water_and_counts_wire_bytes():
             assert sent == 8 * 3 + 2 + big.nbytes
             assert client.write_buffer_nbytes > 0  # returned before it was all sent
             reading = asyncio.ensure_future(fs_server.read_frames())
-            await fs_client.send_frames([b"c"], high_water_nbytes=0)  # waits for all of it
-            assert client.write_buffer_nbytes == 0
+            queued = client.write_buffer_nbytes
+            await fs_client.send_frames([b"c"], high_water_nbytes=0)  # waits for all of it first
+            assert queued > 0 and client.write_buffer_nbytes <= 8 * 2 + 1  # at most "c" is queued
             frames = await reading
             assert bytes(frames[0]) == b"ab" and np.array_equal(np.frombuffer(frames[1], np.uint8), big)
             assert [bytes(f) for f in await fs_server.read_frames()] == [b"c"]
@@ -304,6 +306,38 @@ def test_framed_send_frames_waits_only_above_high_water_and_counts_wire_bytes():
             with pytest.raises(StreamClosedError):
                 for _ in range(100):  # until the kernel reports the reset
                     await fs_client.send_frames([big], high_water_nbytes=0)
+        finally:
+            server.close()
+            client.close()
+
+    run(main())
+
+
+def test_framed_send_frames_frees_each_frame_once_sent():
+    """send_frames returns once its message is queued, even over the
+    high-water mark, so a caller that drops the message frees each large
+    frame when its last byte is sent, not when the whole message is (a
+    forwarding process would otherwise hold every message twice)."""
+
+    async def main():
+        server, client = await stream_pair(ReadIntoIOStream)
+        fs_client = FramedStream(client)
+        n = 32 * 1024 * 1024  # more than the socket buffers take
+        frames = [np.full(n, 1, np.uint8), np.full(n, 2, np.uint8)]
+        alive = [weakref.ref(f) for f in frames]
+        try:
+            sent = await fs_client.send_frames(frames, high_water_nbytes=0)
+            assert sent == 8 * 3 + 2 * n and client.write_buffer_nbytes > n  # returned unsent
+            del frames
+            first = bytearray(8 * 3 + n)
+            assert await server.read_into(first) == len(first)  # the header and frame 1
+            assert alive[0]() is None and alive[1]() is not None  # frame 1 freed, frame 2 queued
+            assert first[24:].count(1) == n
+            second = bytearray(n)
+            await server.read_into(second)
+            assert second.count(2) == n
+            await client.write(b"")
+            assert alive[1]() is None
         finally:
             server.close()
             client.close()

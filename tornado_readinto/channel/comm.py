@@ -58,9 +58,11 @@ message of one frame, the msgpack map ``{"protocol": "tornado_readinto",
 other's (at most `HANDSHAKE_MAX_NBYTES`, within a timeout).  Another
 protocol or version raises `HandshakeError` naming both and closes.
 
-Backpressure: `Comm.write` returns once the message is queued, unless the
-stream then holds more than ``write_high_water_nbytes`` unsent bytes
-(`WRITE_HIGH_WATER_NBYTES` by default): then it waits until they are sent.
+Backpressure: `Comm.write` returns once the message is queued, without
+waiting for it to be sent; if the stream already holds more than
+``write_high_water_nbytes`` unsent bytes (`WRITE_HIGH_WATER_NBYTES` by
+default) it first waits until they are sent, so the queue holds at most that
+plus one message.
 
 .. versionadded:: 0.1
 """
@@ -194,8 +196,9 @@ class Comm(FramedChannel):
         ``read_idle_timeout``) aborts the comm and raises `CommTimeoutError`.
         A large message that keeps arriving never times out.  ``None`` (the
         default) waits forever.
-    :arg write_high_water_nbytes: `write` waits once more bytes than this are
-        queued (default `WRITE_HIGH_WATER_NBYTES`).
+    :arg write_high_water_nbytes: `write` first waits for the queue to drain
+        when more bytes than this are already queued (default
+        `WRITE_HIGH_WATER_NBYTES`).
     :arg out_of_band_min_nbytes: buffers this large travel as their own
         frames (default `OUT_OF_BAND_MIN_NBYTES`).
 
@@ -321,9 +324,10 @@ class Comm(FramedChannel):
         header included).
 
         The message is queued and as much as the socket takes is sent at
-        once; the call returns without waiting for the rest, unless more than
-        ``write_high_water_nbytes`` are then queued: then it waits until the
-        stream has sent everything queued (backpressure).  Buffers and numpy
+        once; the call returns without waiting for the rest.  If more than
+        ``write_high_water_nbytes`` were already queued, it first waits until
+        the stream has sent them (backpressure), so a sent frame is freed
+        once the caller drops the message.  Buffers and numpy
         arrays of ``msg`` at least ``out_of_band_min_nbytes`` long are sent by
         reference: do not modify them until `flush` (or a later write that
         waited) returns.

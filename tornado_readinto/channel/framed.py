@@ -111,20 +111,31 @@ class FramedStream:
         return self._queue(frames)[0]
 
     async def send_frames(self, frames: Sequence[Any], *, high_water_nbytes: int) -> int:
-        """Queue one message as `write_frames` does, and wait until the stream
-        has sent everything queued only if more than ``high_water_nbytes``
-        bytes are then queued (backpressure), or if queuing it closed the
-        stream (so that the error is raised here).
+        """Queue one message as `write_frames` does and return without
+        waiting for it to be sent (as distributed's own comm does), after
+        first waiting until the stream has sent everything already queued
+        if that is more than ``high_water_nbytes`` bytes (backpressure).
+
+        Waiting before queuing, not after, lets the caller drop the message
+        at once: each large frame is then freed as soon as it is sent,
+        instead of the whole message living until its last byte left (a
+        process that forwards a 512 MiB reply would hold it twice).  The
+        queue stays bounded by ``high_water_nbytes`` plus one message.  If
+        queuing closed the stream, this waits for the send so that the
+        error is raised here.
 
         Returns the bytes the message takes on the wire, header included.
-        Same costs as `write_frames`; frames sent by reference must stay
-        unchanged until a later wait (or ``stream.write(b"")``) returns.
+        Same costs as `write_frames`, plus one empty write's Future when it
+        waits; frames sent by reference must stay unchanged until a later
+        wait (or ``stream.write(b"")``) returns.
 
         :raises StreamClosedError: the stream is closed or the send failed.
         """
-        future, wire_nbytes = self._queue(frames)
         stream = self.stream
-        if stream.closed() or stream.write_buffer_nbytes > high_water_nbytes:
+        if stream.write_buffer_nbytes > high_water_nbytes:
+            await stream.write(b"")
+        future, wire_nbytes = self._queue(frames)
+        if stream.closed():
             await future
         return wire_nbytes
 

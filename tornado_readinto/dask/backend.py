@@ -284,9 +284,10 @@ class ReadIntoComm(FramedChannel, Comm):
         """Send one message: distributed's ``to_frames``, then one
         `FramedStream.write_frames` (a gather write, buffers by reference).
 
-        Returns without waiting for the bytes to be sent unless more than
-        `~tornado_readinto.channel.comm.WRITE_HIGH_WATER_NBYTES` are queued; then it
-        waits for the queue to drain (backpressure).
+        Returns without waiting for the bytes to be sent, as distributed's
+        own comm does; if more than
+        `~tornado_readinto.channel.comm.WRITE_HIGH_WATER_NBYTES` are already
+        queued it first waits for the queue to drain (backpressure).
 
         :returns: the bytes of the message on the wire (header included).
         :raises CommClosedError: the comm is closed or the connection broke.
