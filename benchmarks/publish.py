@@ -930,8 +930,8 @@ QUOTES: list[Quote] = [
     Quote("docs/performance.rst", "about a third of its CPU either way, and distributed's serialization and the "
                                   "socket calls alone, which the switch leaves as stock's, are "
                                   "{users.tcp.scheduler-scale.floor} of it over tcp://"),
-    Quote("docs/performance.rst", "the client's gather loses on this machine ({userslong.tcp.gather} over 9 "
-                                  "settled repetitions)"),
+    Quote("docs/performance.rst", "The P2P rechunk over tcp:// runs at {users.tcp.p2p-rechunk} in the "
+                                  "five-repetition run, within its spread, and at {userslong.tcp.p2p-rechunk} over 9"),
     Quote("docs/performance.rst", "runs at {coldtls.default:spread}, the switched receiver taking fewer page faults "
                                   "({coldtls.switched.faults} against {coldtls.stock.faults} per GiB) and less kernel "
                                   "time ({coldtls.switched.sys} against {coldtls.stock.sys} s per GiB); with the GIL "

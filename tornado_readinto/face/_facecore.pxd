@@ -16,12 +16,27 @@ cdef class LoopShared:
     cdef object __weakref__
 
 
+@cython.final
+cdef class FaceCalls:
+    # what a FaceCore may call on its face: functions of the face's class
+    cdef readonly object fail                 # (face, error, where) -> bool
+    cdef readonly object failed_read          # (face, error, where) -> Future
+    cdef readonly object add_io_state         # (face, events)
+    cdef readonly object listen_for_close     # (face): Tornado's _maybe_add_error_listener
+    cdef readonly object dispatch             # (face, fd, events): the general readiness callback
+    cdef readonly object readable             # (face): a READ event, where not plain_events
+    cdef readonly object writable             # (face): a WRITE event, where not plain_events
+    cdef readonly object update_state         # (face)
+    cdef readonly object uncork               # (face)
+    cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
+
+
 cdef class FaceCore:
     # -- settled in __init__ --
     cdef readonly object face                 # the ReadIntoIOStream
     cdef readonly object loop                 # its asyncio loop
     cdef readonly StreamCore io               # the mechanism: receive loop and write queue
-    cdef readonly bint plain_events           # the face's _readable/_writable are the plain ones
+    cdef readonly FaceCalls calls             # what it may call on the face (one per face class)
     cdef readonly bint drops_on_error         # the loop may stop watching the fd after an error event
     # -- Tornado's attributes (the face's properties) --
     cdef public object read_future            # _read_future: a Future or None
@@ -55,7 +70,7 @@ cdef class FaceCore:
     cpdef bint read_would_wait(self) except -1
     @cython.locals(io=StreamCore, policy=StreamPolicy, left=bint, completed=bint)
     cpdef object readable_event(self)
-    @cython.locals(io=StreamCore)
+    @cython.locals(io=StreamCore, calls=FaceCalls)
     cpdef object read_ready(self)
     cpdef object end_events(self)
     # Writes.

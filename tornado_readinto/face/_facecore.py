@@ -7,8 +7,12 @@ owns the read and write Futures, the registration state Tornado keeps in
 ``_state``, the connecting flag and the READ callback that the asyncio loop
 calls directly.  It drives one `tornado_readinto.core._streamcore.StreamCore`
 (`io`: the mechanism, which knows no event loop, no Future and no face) and
-calls the face for what is rare.  Calls go one way: the face and this object
-call the mechanism; the mechanism returns or raises, and calls neither.
+asks the face for what is rare through `FaceCalls`, the one table of what
+this object may call on its face (as an asyncio transport calls its
+protocol): it reaches for nothing else of the face's but its public
+``error``, ``socket`` and ``close``.  Calls go one way below: the face and
+this object call the mechanism; the mechanism returns or raises, and calls
+neither.
 
 Strategy:
 
@@ -25,11 +29,11 @@ Strategy:
   the write queue's, over the mechanism's), so
   Tornado's own methods (``_add_io_state``, ``_maybe_add_error_listener``,
   ``connect``...) read and write the same state.
-* What is rare stays on the face and is called through ``face``:
-  registering interest (``_add_io_state``, ``_update_state``), the error
-  listener, the general event dispatch, and TLS's handshake (a face whose
-  ``_readable``/``_writable`` are not the plain ones is called for those:
-  `plain_events`).
+* What is rare stays on the face and is called through `FaceCalls`:
+  registering interest (``add_io_state``, ``update_state``), the error
+  policy (``fail``), the error listener, the general event dispatch, and
+  TLS's handshake (a face whose ``_readable``/``_writable`` are not the
+  plain ones is called for those: `FaceCalls.plain_events`).
 * A read that has to wait gets an exact ``asyncio.Future`` whose done
   callback (`on_read_done`) closes the stream if it was cancelled; where an
   eager wake-up pays (asyncio's own loop, or a contended GIL in a process
@@ -62,7 +66,7 @@ from ..errors import BufferBusyError
 from ._eager import EagerFuture, run_callbacks
 from ._tornado_compat import StreamClosedError, UnsatisfiableReadError, future_set_result_unless_cancelled
 
-__all__ = ["FaceCore"]
+__all__ = ["FaceCalls", "FaceCore"]
 
 _READ = ioloop.IOLoop.READ
 _WRITE = ioloop.IOLoop.WRITE
@@ -96,6 +100,12 @@ class _EagerReadFuture(_ClosesOnCancel, EagerFuture):
     contended."""
 
     __slots__ = ("closes",)
+
+    def pend_for(self, core: Any) -> None:
+        """Make this the pending read of ``core``: no waiter kept yet, and
+        a cancel closes ``core``'s stream."""
+        self._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
+        self.closes = core
 
 
 class LoopShared:
@@ -171,12 +181,77 @@ def _writable_bytes_view(buf: Any) -> memoryview:
         return view.cast("B")
 
 
+class FaceCalls:
+    """What a `FaceCore` may call on its face: the face's rare paths, as
+    the functions of the face's class, each called with the face first.
+
+    One per face class (the face makes it, see
+    ``ReadIntoIOStream._face_calls``), so that a stream holds none of its
+    own: a method replaced on one stream instance after it was made is not
+    seen here.  Read-only once made.
+
+    .. versionadded:: 0.2
+    """
+
+    __slots__ = (
+        "fail",
+        "failed_read",
+        "add_io_state",
+        "listen_for_close",
+        "dispatch",
+        "readable",
+        "writable",
+        "update_state",
+        "uncork",
+        "plain_events",
+    )
+
+    def __init__(
+        self,
+        *,
+        fail: Any,
+        failed_read: Any,
+        add_io_state: Any,
+        listen_for_close: Any,
+        dispatch: Any,
+        readable: Any,
+        writable: Any,
+        update_state: Any,
+        uncork: Any,
+        plain_events: bool,
+    ) -> None:
+        #: ``fail(face, error, where) -> bool``: the stream's one error
+        #: policy (log, record, close); True when the caller must raise on.
+        self.fail = fail
+        #: ``failed_read(face, error, where) -> Future``: a read whose start
+        #: failed; its Future fails as the stream closes.
+        self.failed_read = failed_read
+        #: ``add_io_state(face, events)``: watch ``events`` too (Tornado's).
+        self.add_io_state = add_io_state
+        #: ``listen_for_close(face)``: watch for the peer closing once
+        #: nothing else is watched (Tornado's ``_maybe_add_error_listener``).
+        self.listen_for_close = listen_for_close
+        #: ``dispatch(face, fd, events)``: the general readiness callback.
+        self.dispatch = dispatch
+        #: ``readable(face)``, ``writable(face)``: a READ or WRITE event,
+        #: where the face handles them (TLS): see `plain_events`.
+        self.readable = readable
+        self.writable = writable
+        #: ``update_state(face)``: register what the stream waits for now.
+        self.update_state = update_state
+        #: ``uncork(face)``: send what the cork holds (a loop callback).
+        self.uncork = uncork
+        #: The face's ``readable``/``writable`` are the plain ones (not
+        #: TLS's, not a subclass's): the core runs them itself.
+        self.plain_events = plain_events
+
+
 class FaceCore:
     """The face's per-message state over one `StreamCore`, and its hot
     paths (see the module's strategy).
 
     Not thread-safe: it belongs to one stream, on its event loop's thread.
-    Its options (`face`, `loop`, `io`, `plain_events`, `drops_on_error`) are
+    Its options (`face`, `loop`, `io`, `calls`, `drops_on_error`) are
     settled in ``__init__``; the compiled build makes them read-only.
 
     .. versionadded:: 0.2
@@ -186,7 +261,7 @@ class FaceCore:
         "face",
         "loop",
         "io",
-        "plain_events",
+        "calls",
         "drops_on_error",
         "read_future",
         "state",
@@ -207,20 +282,19 @@ class FaceCore:
         loop: Any,
         io: StreamCore,
         *,
-        plain_events: bool = True,
+        calls: FaceCalls,
         drops_on_error: bool = False,
     ) -> None:
-        """``face``, ``loop``, ``io`` and the two options below: all settled
-        here, once."""
+        """``face``, ``loop``, ``io``, ``calls`` (the face's `FaceCalls`)
+        and ``drops_on_error``: all settled here, once."""
         #: The `ReadIntoIOStream` whose state this is.
         self.face: Any = face
         #: Its asyncio loop (given to every Future made here).
         self.loop: Any = loop
         #: The stream's mechanism: the receive loop and the write queue.
         self.io = io
-        #: The face's ``_readable``/``_writable`` are the plain ones (not
-        #: TLS's, not a subclass's): the core runs them itself.
-        self.plain_events = plain_events
+        #: What this object may call on the face (its class's `FaceCalls`).
+        self.calls = calls
         #: The loop may stop watching the socket after an error event, once
         #: it ran the READ callback (uvloop's ``add_reader``: a poll handle
         #: that saw ``EPOLLERR`` runs its reader once more, then closes), so a
@@ -330,7 +404,7 @@ class FaceCore:
         closes."""
         if isinstance(error, BufferBusyError):
             raise error
-        return self.face._failed_read(error, "read" if isinstance(error, UnsatisfiableReadError) else "data")
+        return self.calls.failed_read(self.face, error, "read" if isinstance(error, UnsatisfiableReadError) else "data")
 
     def busy(self) -> Any:
         """A read started while one is pending: never returns.
@@ -357,8 +431,7 @@ class FaceCore:
         io = self.io
         if io.policy.eager_future():
             future = _EagerReadFuture(loop=self.loop)
-            future._eager_callbacks = None  # set: reading an unset slot raises (and catches) an AttributeError
-            future.closes = self
+            future.pend_for(self)
         else:
             # An exact Future, which a task awaits through asyncio's fast
             # path (a subclass costs the task generic method calls per
@@ -389,13 +462,13 @@ class FaceCore:
                 if io.closed:  # (a replaced read_from_fd may close the stream)
                     return future
             if io.park():
-                self.face._add_io_state(_WRITE)
+                self.calls.add_io_state(self.face, _WRITE)
             if not registered:
-                self.face._add_io_state(_READ)
+                self.calls.add_io_state(self.face, _READ)
         except CoreFailure as e:
-            self.face._fail(e.error, e.where)
+            self.calls.fail(self.face, e.error, e.where)
         except Exception as e:
-            if self.face._fail(e, "read"):
+            if self.calls.fail(self.face, e, "read"):
                 future.add_done_callback(_retrieve)
                 raise
         return future
@@ -426,11 +499,11 @@ class FaceCore:
 
     def listen_if_idle(self) -> None:
         """After a read or write that left nothing registered but errors:
-        the face's ``_maybe_add_error_listener`` (Tornado's), which watches
-        for the peer closing."""
+        the face's ``listen_for_close`` (Tornado's
+        ``_maybe_add_error_listener``), which watches for the peer closing."""
         state = self.state
         if state is None or state == _ERROR:
-            self.face._maybe_add_error_listener()
+            self.calls.listen_for_close(self.face)
 
     def on_read_done(self, future: Any) -> None:
         """The done callback of a plain read Future (see `started`), on the
@@ -445,7 +518,7 @@ class FaceCore:
             self.read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
             self.io.reads.discard()
-            self.face._fail(asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
+            self.calls.fail(self.face, asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
@@ -482,10 +555,10 @@ class FaceCore:
             except UnsatisfiableReadError:
                 raise  # the event handler's policy
             except CoreFailure as e:
-                self.face._fail(e.error, e.where)
+                self.calls.fail(self.face, e.error, e.where)
                 return
             except Exception as e:
-                self.face._fail(e, "event")
+                self.calls.fail(self.face, e, "event")
                 return
             if result is not PENDING:
                 if result is EOF:
@@ -502,30 +575,31 @@ class FaceCore:
             try:
                 left = io.park()
             except CoreFailure as e:
-                self.face._fail(e.error, e.where)
+                self.calls.fail(self.face, e.error, e.where)
                 return
             if left:
-                self.face._add_io_state(_WRITE)
+                self.calls.add_io_state(self.face, _WRITE)
 
     def read_ready(self) -> None:
         """The READ callback that the asyncio loop calls directly (see
         ``ReadIntoIOStream._read_ready``)."""
         face = self.face
         io = self.io
+        calls = self.calls
         if self.in_events or io.closed or self.connecting:
-            face._handle_events(face.socket, _READ)
+            calls.dispatch(face, face.socket, _READ)
             return
         self.in_events = True
         try:
             io.policy.data_ready()
-            if self.plain_events:
+            if calls.plain_events:
                 self.readable_event()
             else:
-                face._readable()
+                calls.readable(face)
             if not io.closed and self.read_future is None and io.reads.buffered_nbytes >= io.reads.read_chunk_size:
-                face._update_state()  # the read-ahead is full: READ goes
+                calls.update_state(face)  # the read-ahead is full: READ goes
         except Exception as e:
-            if self.face._fail(e, "events"):
+            if calls.fail(face, e, "events"):
                 raise
         finally:
             self.end_events()
@@ -551,7 +625,7 @@ class FaceCore:
         if status <= CORKED:
             # Sent at once, or corked: the loop's one resolved Future.
             if status:
-                self.loop.call_soon(self.face._uncork)
+                self.loop.call_soon(self.calls.uncork, self.face)
             self.listen_if_idle()
             return self.shared.resolved
         future: Any = Future(loop=self.loop)
@@ -561,13 +635,13 @@ class FaceCore:
         futures.append((io.write_index, future))
         if not connecting:
             if status == SEND:
-                if self.plain_events:
+                if self.calls.plain_events:
                     self.writable_event()
                 else:
-                    self.face._writable()
+                    self.calls.writable(self.face)
             if io.write_buffer:
-                self.face._add_io_state(_WRITE)
-            self.face._maybe_add_error_listener()
+                self.calls.add_io_state(self.face, _WRITE)
+            self.calls.listen_for_close(self.face)
         return future
 
     def writable_event(self) -> None:
@@ -577,7 +651,7 @@ class FaceCore:
         try:
             self.io.send_queued()
         except CoreFailure as e:
-            self.face._fail(e.error, e.where)
+            self.calls.fail(self.face, e.error, e.where)
         done_index = self.io.done_index
         futures = self.write_futures
         if futures is None:
@@ -593,5 +667,5 @@ class FaceCore:
         try:
             return self.io.uncork()
         except CoreFailure as e:
-            self.face._fail(e.error, e.where)
+            self.calls.fail(self.face, e.error, e.where)
             return False

@@ -78,7 +78,6 @@ PRIVATE_STREAM_ATTRS = (
     "_write_futures",  # a property over the core's field (as the four below)
     "_read_future",
     "_close_callback",  # handed over by start_tls
-    "_ssl_connect_future",  # set by start_tls
     "_connecting",
     "_state",
     "_closed",

@@ -54,7 +54,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from tornado import ioloop
 from tornado.concurrent import Future
@@ -69,7 +69,7 @@ from ..core.busypoll import BusyPoll, spinner_for
 from ..errors import ReadIntoError
 from ..wire.framing import MessageReader
 from . import _sslerrors
-from ._facecore import FaceCore, _EagerReadFuture
+from ._facecore import FaceCalls, FaceCore, _EagerReadFuture
 from ._tornado_compat import (
     IOStream,
     SSLIOStream,
@@ -193,6 +193,8 @@ class ReadIntoIOStream(IOStream):
     # dispatch).  None until __init__ decides: Tornado's __init__ registers
     # WRITE at most (SSLIOStream's handshake).
     _read_loop: asyncio.AbstractEventLoop | None = None
+    #: This class's `FaceCalls`, once a stream of it was made (`_face_calls`).
+    _face_calls_made: ClassVar[FaceCalls]
 
     def __init__(
         self,
@@ -261,9 +263,7 @@ class ReadIntoIOStream(IOStream):
             self,
             loop,
             io,
-            # The core runs READ and WRITE events itself unless a subclass
-            # (TLS) handles them.
-            plain_events=cls._readable is ReadIntoIOStream._readable and cls._writable is ReadIntoIOStream._writable,
+            calls=cls._face_calls(),
             # asyncio's own loops watch a socket for as long as its reader is
             # registered; another (uvloop) may stop after an error event.
             drops_on_error=not eager,
@@ -273,6 +273,30 @@ class ReadIntoIOStream(IOStream):
         self._tcp = sock.family in _TCP_FAMILIES
         self._loop = loop
         self._read_loop = direct_read_loop(self.io_loop)
+
+    @classmethod
+    def _face_calls(cls) -> FaceCalls:
+        """What the core may call on a stream of this class (`FaceCalls`):
+        made once per class, from the class's own methods (a subclass's
+        overrides included), and kept on the class (it goes with it)."""
+        calls: FaceCalls | None = cls.__dict__.get("_face_calls_made")
+        if calls is None:
+            calls = cls._face_calls_made = FaceCalls(
+                fail=cls._fail,
+                failed_read=cls._failed_read,
+                add_io_state=cls._add_io_state,
+                listen_for_close=cls._maybe_add_error_listener,
+                dispatch=cls._handle_events,
+                readable=cls._readable,
+                writable=cls._writable,
+                update_state=cls._update_state,
+                uncork=cls._uncork,
+                # The core runs READ and WRITE events itself unless a
+                # subclass (TLS) handles them.
+                plain_events=cls._readable is ReadIntoIOStream._readable
+                and cls._writable is ReadIntoIOStream._writable,
+            )
+        return calls
 
     def _own_read_from_fd(self) -> Callable[[memoryview], int | None] | None:
         """The receive the core calls instead of its own ``recv_into``: a
@@ -956,7 +980,6 @@ class ReadIntoIOStream(IOStream):
             do_handshake_on_connect=False,
         )
         close_callback, self._close_callback = self._close_callback, None
-        future: Future[SSLReadIntoIOStream] = Future()
         ssl_stream = SSLReadIntoIOStream(
             sock,
             ssl_options=ssl_options,
@@ -966,7 +989,9 @@ class ReadIntoIOStream(IOStream):
             busy_poll_s=self.busy_poll_s,
         )
         ssl_stream.set_close_callback(close_callback)
-        ssl_stream._ssl_connect_future = future  # type: ignore[assignment]
+        # Tornado's public way to the handshake's Future (its start_tls sets
+        # the attribute behind it): nothing else is pending on a new stream.
+        future: Future[SSLReadIntoIOStream] = ssl_stream.wait_for_handshake()  # type: ignore[assignment]
         future.add_done_callback(lambda f: ssl_stream.close() if f.cancelled() else None)
         return future
 
