@@ -518,7 +518,8 @@ class FaceCore:
             self.read_future = None
             # Drop what was read ahead too: it belongs to the abandoned read.
             self.io.reads.discard()
-            self.calls.fail(self.face, asyncio.CancelledError("a read was cancelled, so the stream was closed"), "cancel")
+            cancelled = asyncio.CancelledError("a read was cancelled, so the stream was closed")
+            self.calls.fail(self.face, cancelled, "cancel")
 
     def read_would_wait(self) -> bool:
         """True when a read started now would certainly wait for the event
