@@ -31,7 +31,8 @@ if __name__ == "__main__":  # pragma: no cover - run by libFuzzer
         # setup.cfg's test extra installs it only where it has a wheel.
         raise SystemExit(
             f"fuzz_frame_reader.py needs atheris ({exc}), which publishes wheels for Linux x86_64 "
-            "only (CPython 3.11 to 3.14; tests/wire/test_fuzz.py falls back to mutation_run elsewhere): pip install -e '.[test]' there"
+            "only (CPython 3.11 to 3.14; tests/wire/test_fuzz.py falls back to mutation_run elsewhere): "
+            "pip install -e '.[test]' there"
         ) from exc
 
     # Instrument only this package (instrument_all() would spend half a
