@@ -936,6 +936,9 @@ QUOTES: list[Quote] = [
                                   "({coldtls.switched.faults} against {coldtls.stock.faults} per GiB) and less kernel "
                                   "time ({coldtls.switched.sys} against {coldtls.stock.sys} s per GiB); with the GIL "
                                   "hold off {coldtls.nohold:spread}, with busy polling off {coldtls.nobusy:spread}"),
+    # CHANGELOG.rst
+    Quote("CHANGELOG.rst", "the gather runs at {users.tcp.gather} stock ({userslong.tcp.gather} over 9 settled "
+                           "repetitions"),
     # docs/guides/dask.rst
     Quote("docs/guides/dask.rst", "64 MiB worker-to-worker transfers at {dask.transfer} tcp://"),
     Quote("docs/guides/dask.rst", "RPCs at {dask.rpc}"),
