@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import socket
 
 import pytest
@@ -65,17 +64,6 @@ def counting_class(stream_class):
     return Counting
 
 
-class _LogRecords(logging.Handler):
-    """Keeps the messages logged to the logger it is added to."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def keep_socket_open(stream):
     """Make ``stream.close()`` leave its socket open (the test closes it),
     so that the loop can be watched for a registration left behind."""
@@ -84,7 +72,7 @@ def keep_socket_open(stream):
     return sock
 
 
-async def check_nothing_left(io_loop, stream, sock, peer, tornado_calls, close=True):
+async def check_nothing_left(io_loop, stream, sock, peer, tornado_calls, caplog, close=True):
     """After ``stream`` closed with ``sock`` left open: neither Tornado's
     books nor the asyncio loop know the fd, and while bytes wait in ``sock``
     (readable) and it can send (writable), the loop calls nothing for it
@@ -99,17 +87,14 @@ async def check_nothing_left(io_loop, stream, sock, peer, tornado_calls, close=T
     # Where a reader left behind would go: the closed stream's direct
     # reader hands the event to the face's dispatch, which logs it ("Got
     # events for closed stream"); Tornado's own reader is counted.
-    late = _LogRecords()
-    gen_log.addHandler(late)
-    try:
-        before = sum(tornado_calls.values())
-        peer.socket.send(b"late bytes")
-        await until(lambda: bytes_waiting(sock) > 0)
-        for _ in range(10):
-            await asyncio.sleep(0)
-    finally:
-        gen_log.removeHandler(late)
-    assert late.messages == [] and sum(tornado_calls.values()) == before, (late.messages, tornado_calls)
+    start = len(caplog.records)
+    before = sum(tornado_calls.values())
+    peer.socket.send(b"late bytes")
+    await until(lambda: bytes_waiting(sock) > 0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    late = [r.getMessage() for r in caplog.records[start:] if r.name == gen_log.name]
+    assert late == [] and sum(tornado_calls.values()) == before, (late, tornado_calls)
     loop = io_loop.asyncio_loop
     assert not loop.remove_reader(fd) and not loop.remove_writer(fd)
     if close:
@@ -189,7 +174,7 @@ def test_direct_read_write_events_still_go_through_tornados_dispatch(loop_name):
     run(main(), loop=loop_name)
 
 
-def test_direct_read_close_leaves_no_reader_or_writer(loop_name):
+def test_direct_read_close_leaves_no_reader_or_writer(loop_name, caplog):
     """``close`` (Tornado's ``remove_handler``) removes the direct reader and
     Tornado's writer: nothing is left registered for the fd."""
 
@@ -210,7 +195,7 @@ def test_direct_read_close_leaves_no_reader_or_writer(loop_name):
             await reading
         with pytest.raises(StreamClosedError):
             await writing
-        await check_nothing_left(io_loop, server, sock, client, tornado_calls)
+        await check_nothing_left(io_loop, server, sock, client, tornado_calls, caplog)
         client.close()
 
     run(main(), loop=loop_name)
@@ -253,7 +238,7 @@ def test_direct_read_reader_follows_read_interest_dropped_and_added_again(loop_n
     run(main(), loop=loop_name)
 
 
-def test_direct_read_ioloop_close_all_fds_closes_the_streams_socket(loop_name):
+def test_direct_read_ioloop_close_all_fds_closes_the_streams_socket(loop_name, caplog):
     """``IOLoop.close(all_fds=True)`` removes the fd (the direct reader
     with it: the loop is watched right then, before it closes) and then
     closes the stream's socket."""
@@ -278,7 +263,7 @@ def test_direct_read_ioloop_close_all_fds_closes_the_streams_socket(loop_name):
         def watched(fd):
             remove_handler(fd)
             removed.append(fd)
-            watch = check_nothing_left(io_loop, server, sock, client, tornado_calls, close=False)
+            watch = check_nothing_left(io_loop, server, sock, client, tornado_calls, caplog, close=False)
             io_loop.asyncio_loop.run_until_complete(watch)
 
         io_loop.remove_handler = watched
@@ -290,7 +275,7 @@ def test_direct_read_ioloop_close_all_fds_closes_the_streams_socket(loop_name):
     assert not io_loop.handlers and not io_loop.readers
 
 
-def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts):
+def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts, caplog):
     """``start_tls`` removes the plain stream's registration (its direct
     reader) and the TLS stream registers its own, directly again."""
     server_ctx, client_ctx = tls_contexts
@@ -317,7 +302,7 @@ def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts):
             sock = keep_socket_open(tls_server)
         finally:
             tls_server.close()
-        await check_nothing_left(io_loop, tls_server, sock, tls_client, tornado_calls)
+        await check_nothing_left(io_loop, tls_server, sock, tls_client, tornado_calls, caplog)
         tls_client.close()
 
     run(main(), loop=loop_name)
