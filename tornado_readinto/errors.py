@@ -8,8 +8,11 @@ message from its own fields: lower case, with the numbers, no final period.
 
 from __future__ import annotations
 
+# The one module that names Tornado's stream exceptions for the core (which
+# raises them, as a drop-in stream must, and imports them from here, never
+# from Tornado or the face), with stand-ins where Tornado is absent.
 try:
-    from tornado.iostream import StreamClosedError
+    from tornado.iostream import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
 except ImportError:  # pragma: no cover - exercised by the purity test only
     # The pure modules (framing, writebuffer, allocators) must import without
     # Tornado.  StreamClosedError is an OSError subclass, so OSError keeps the
@@ -18,6 +21,12 @@ except ImportError:  # pragma: no cover - exercised by the purity test only
         def __init__(self, real_error: BaseException | None = None) -> None:
             super().__init__("Stream is closed")
             self.real_error = real_error
+
+    class StreamBufferFullError(Exception):  # type: ignore[no-redef]
+        """More bytes than a buffer's limit."""
+
+    class UnsatisfiableReadError(Exception):  # type: ignore[no-redef]
+        """A read that cannot be satisfied (``max_bytes``)."""
 
 __all__ = [
     "ReadIntoError",

@@ -13,6 +13,7 @@ from tornado_readinto.wire.framing cimport FrameReader
 # A C constant (see _readcore.py).
 cdef Py_ssize_t POOL_MAX_NBYTES
 cdef Py_ssize_t SPARE_MAX_NBYTES
+cdef Py_ssize_t _NO_LIMIT
 
 
 # CPython's own fields of the objects that read-ahead storage is made of
@@ -53,12 +54,18 @@ cdef class ReadAheadPool:
     cpdef object give(self, object view)
 
 
+@cython.final
+cdef class ReadOptions:
+    cdef readonly Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound
+    cdef readonly object max_buffer_size        # most bytes read ahead (a read_into target does not count);
+                                                # an object: dask.distributed passes a float
+    cdef readonly Py_ssize_t direct_min_nbytes  # missing bytes from which a read receives in place
+    cdef readonly ReadAheadPool pool            # that of read_chunk_size
+
+
 cdef class ReadCore:
-    # -- limits (Tornado's read_chunk_size and max_buffer_size) --
-    cdef public Py_ssize_t read_chunk_size    # read-ahead buffer's usual size; idle read-ahead bound
-    cdef public object max_buffer_size        # most bytes read ahead (a read_into target does not count);
-                                              # an object: dask.distributed passes a float
-    cdef public Py_ssize_t direct_min_nbytes  # missing bytes from which a read receives in place
+    # -- settings (Tornado's read_chunk_size and max_buffer_size, ...), immutable --
+    cdef readonly ReadOptions options
     # -- the read-ahead buffer: valid bytes are _ra[_start : _start + buffered_nbytes] --
     cdef public Py_ssize_t buffered_nbytes
     cdef public bint eof                      # eof_received (or connection_lost) was called
@@ -69,17 +76,15 @@ cdef class ReadCore:
     cdef int _mode                            # _IDLE, _INTO, _BYTES, _UNTIL, _REGEX, _CLOSE, _MESSAGE
     cdef readonly object _target              # read_into's 'B' memoryview, or None
     cdef readonly Py_ssize_t _filled          # bytes of _target filled
-    cdef Py_ssize_t _nbytes                   # read_into / read_bytes: bytes wanted
-    cdef bint _partial
-    cdef object _delimiter                    # bytes or None
-    cdef object _regex                        # compiled pattern or None
-    cdef object _max_bytes                    # int or None
+    cdef Py_ssize_t _nbytes                   # read_into / read_bytes: bytes wanted;
+                                              # read_until(_regex): most bytes before the match's end
+    cdef bint _partial                        # read_into / read_bytes
+    cdef object _pattern                      # read_until's delimiter, read_until_regex's pattern, or None
     cdef readonly Py_ssize_t _scanned         # bytes searched in vain (read_until, read_until_regex)
     cdef FrameReader _reader                  # read_message's reader (a _ForeignReader for any other
                                               # MessageReader), or None: its calls are C calls
     cdef readonly object _lent                # the view get_buffer handed out last, or None
     cdef bint _direct                         # ...and whether it is the pending read's own buffer
-    cdef ReadAheadPool _pool                  # where _ra comes from and goes back to, or None
 
     # Starting reads: the result, or PENDING.  Sizes and offsets are C
     # integers (@cython.locals) on the per-message paths.
@@ -94,7 +99,7 @@ cdef class ReadCore:
     cpdef object read_message(self, object reader)
     # The BufferedProtocol shape.
     @cython.locals(mode=int, size=Py_ssize_t, room=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t,
-                   half=Py_ssize_t)
+                   half=Py_ssize_t, options=ReadOptions)
     cpdef object get_buffer(self, Py_ssize_t sizehint=*)
     @cython.locals(reader=FrameReader, mode=int, size=Py_ssize_t, filled=Py_ssize_t, missing=Py_ssize_t,
                    start=Py_ssize_t, take=Py_ssize_t, wanted=Py_ssize_t)
@@ -120,7 +125,7 @@ cdef class ReadCore:
     cdef bint has_read(self)
     cdef object release_if_empty(self)
     cdef Py_ssize_t needed_for_sure(self, Py_ssize_t left)
-    @cython.locals(pool=ReadAheadPool)
+    @cython.locals(pool=ReadAheadPool, options=ReadOptions)
     cdef object _take_storage(self, Py_ssize_t capacity)
     @cython.locals(start=Py_ssize_t, size=Py_ssize_t)
     cdef object _take_into(self, object dst, Py_ssize_t dst_start, Py_ssize_t nbytes)

@@ -52,11 +52,18 @@ buffer and bounds what is read ahead while no read is pending.
 from __future__ import annotations
 
 import enum
+import sys
 from re import Pattern
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import BufferBusyError, IncompleteReadError, ReadIntoError
-from ..face._tornado_compat import StreamBufferFullError, StreamClosedError, UnsatisfiableReadError
+from ..errors import (
+    BufferBusyError,
+    IncompleteReadError,
+    ReadIntoError,
+    StreamBufferFullError,
+    StreamClosedError,
+    UnsatisfiableReadError,
+)
 from ..wire.framing import _ANY_NBYTES, NEED_DATA, FrameReader, MessageReader
 
 if TYPE_CHECKING:
@@ -70,7 +77,9 @@ else:
 __all__ = [
     "ReadCore",
     "ReadAheadPool",
+    "ReadOptions",
     "read_ahead_pool",
+    "read_options",
     "PENDING",
     "DIRECT_READ_MIN_NBYTES",
     "POOL_MAX_NBYTES",
@@ -125,6 +134,16 @@ _UNTIL: Final = 3
 _REGEX: Final = 4
 _CLOSE: Final = 5
 _MESSAGE: Final = 6
+
+# A read_until's max_bytes of None: no limit.
+_NO_LIMIT: Final = sys.maxsize
+
+
+def _max_bytes(max_bytes: int | None) -> int:
+    """A read_until's ``max_bytes`` as a C size: None (and any count past
+    the largest) is `_NO_LIMIT`."""
+    return _NO_LIMIT if max_bytes is None or max_bytes > _NO_LIMIT else max_bytes
+
 
 # Handed out when nothing may be received (idle, read-ahead full).
 _NO_ROOM: Final = memoryview(bytearray())
@@ -262,6 +281,62 @@ def read_ahead_pool(buffer_nbytes: int) -> ReadAheadPool:
     return pool  # type: ignore[no-any-return]
 
 
+class ReadOptions:
+    """The settings a `ReadCore` reads with, settled when it is made, and the
+    `ReadAheadPool` of their read-ahead size.  Immutable: a core whose
+    settings change gets another (`read_options`), and cores made with the
+    same settings share one.
+
+    .. versionadded:: 0.4
+    """
+
+    __slots__ = ("read_chunk_size", "max_buffer_size", "direct_min_nbytes", "pool")
+
+    def __init__(self, read_chunk_size: int, max_buffer_size: int, direct_min_nbytes: int) -> None:
+        if read_chunk_size < 2:
+            raise ValueError(f"read_chunk_size must be >= 2 bytes, got {read_chunk_size}")
+        if direct_min_nbytes < 1:
+            raise ValueError(f"direct_min_nbytes must be >= 1 byte, got {direct_min_nbytes}")
+        #: The read-ahead buffer's usual size, and the most bytes read ahead
+        #: while no read is pending (Tornado's ``read_chunk_size``).
+        self.read_chunk_size = read_chunk_size
+        #: The most bytes read ahead (Tornado's ``max_buffer_size``; a
+        #: ``read_into`` target does not count).  Any number: dask passes a float.
+        self.max_buffer_size = max_buffer_size
+        #: Missing bytes from which a pending read receives in place.
+        self.direct_min_nbytes = direct_min_nbytes
+        #: Where read-ahead storage of ``read_chunk_size`` bytes comes from
+        #: and goes back to.
+        self.pool = read_ahead_pool(read_chunk_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadOptions(read_chunk_size={self.read_chunk_size}, max_buffer_size={self.max_buffer_size}, "
+            f"direct_min_nbytes={self.direct_min_nbytes})"
+        )
+
+
+# The options in use, by their settings (a process uses a few: Tornado's
+# defaults, dask's).  Bounded: past _OPTIONS_MAX, made afresh each time.
+_OPTIONS: dict = {}
+_OPTIONS_MAX: Final = 64
+
+
+def read_options(read_chunk_size: int, max_buffer_size: int, direct_min_nbytes: int) -> ReadOptions:
+    """The `ReadOptions` of these settings: the one already in use when
+    there is one (a dict lookup), else a new one.
+
+    :raises ValueError: ``read_chunk_size`` < 2 or ``direct_min_nbytes`` < 1.
+    """
+    key = (read_chunk_size, max_buffer_size, direct_min_nbytes)
+    options = _OPTIONS.get(key)
+    if options is None:
+        options = ReadOptions(read_chunk_size, max_buffer_size, direct_min_nbytes)
+        if len(_OPTIONS) < _OPTIONS_MAX:
+            _OPTIONS[key] = options
+    return options  # type: ignore[no-any-return]
+
+
 def _unshared(ra: bytearray) -> bool:
     """True when no buffer export of ``ra`` is alive (the pure build's test: a
     bytearray refuses to resize while exported).  ``ra`` is made with one
@@ -313,9 +388,7 @@ class ReadCore:
     """
 
     __slots__ = (
-        "read_chunk_size",
-        "max_buffer_size",
-        "direct_min_nbytes",
+        "options",
         "buffered_nbytes",
         "eof",
         "_ra",
@@ -326,14 +399,11 @@ class ReadCore:
         "_filled",
         "_nbytes",
         "_partial",
-        "_delimiter",
-        "_regex",
-        "_max_bytes",
+        "_pattern",
         "_scanned",
         "_reader",
         "_lent",
         "_direct",
-        "_pool",
     )
 
     def __init__(
@@ -342,16 +412,9 @@ class ReadCore:
         max_buffer_size: int = DEFAULT_MAX_BUFFER_SIZE,
         direct_min_nbytes: int = DIRECT_READ_MIN_NBYTES,
     ) -> None:
-        if read_chunk_size < 2:
-            raise ValueError(f"read_chunk_size must be >= 2 bytes, got {read_chunk_size}")
-        if direct_min_nbytes < 1:
-            raise ValueError(f"direct_min_nbytes must be >= 1 byte, got {direct_min_nbytes}")
-        #: See the class docstring; may be changed between reads.
-        self.read_chunk_size = read_chunk_size
-        #: See the class docstring; may be changed between reads.
-        self.max_buffer_size = max_buffer_size
-        #: See the class docstring.
-        self.direct_min_nbytes = direct_min_nbytes
+        #: The settings the reads run with (see the class docstring): one
+        #: immutable object, shared by the cores made with the same ones.
+        self.options = read_options(read_chunk_size, max_buffer_size, direct_min_nbytes)
         #: Bytes read ahead and not consumed yet.
         self.buffered_nbytes = 0
         #: True once `eof_received` was called: no more bytes will come.
@@ -362,11 +425,12 @@ class ReadCore:
         self._mode = _IDLE
         self._target: memoryview | None = None  # read_into's buffer ('B', 1-D)
         self._filled = 0  # bytes of _target filled
-        self._nbytes = 0  # read_into / read_bytes: bytes wanted
+        # read_into / read_bytes: bytes wanted; read_until(_regex): the most
+        # bytes before the end of the match (sys.maxsize: no limit).
+        self._nbytes = 0
         self._partial = False
-        self._delimiter: bytes | None = None
-        self._regex: Pattern[bytes] | None = None
-        self._max_bytes: int | None = None
+        # read_until's delimiter (bytes) or read_until_regex's compiled pattern.
+        self._pattern: Any = None
         # Buffered bytes already searched in vain by the pending read_until.
         self._scanned = 0
         # The pending read_message's reader (another MessageReader than a
@@ -376,9 +440,33 @@ class ReadCore:
         # call), and whether it is the pending read's own buffer.
         self._lent: memoryview | None = None
         self._direct = False
-        # The pool the read-ahead storage comes from and goes back to (that
-        # of read_chunk_size, looked up on the first take).
-        self._pool: ReadAheadPool | None = None
+
+    # -- settings ----------------------------------------------------------------
+
+    @property
+    def read_chunk_size(self) -> int:
+        """The read-ahead buffer's usual size; may be changed between reads."""
+        return self.options.read_chunk_size
+
+    @read_chunk_size.setter
+    def read_chunk_size(self, nbytes: int) -> None:
+        options = self.options
+        self.options = read_options(nbytes, options.max_buffer_size, options.direct_min_nbytes)
+
+    @property
+    def max_buffer_size(self) -> int:
+        """The most bytes read ahead; may be changed between reads."""
+        return self.options.max_buffer_size  # type: ignore[no-any-return]
+
+    @max_buffer_size.setter
+    def max_buffer_size(self, nbytes: int) -> None:
+        options = self.options
+        self.options = read_options(options.read_chunk_size, nbytes, options.direct_min_nbytes)
+
+    @property
+    def direct_min_nbytes(self) -> int:
+        """Missing bytes from which a read receives in place."""
+        return self.options.direct_min_nbytes
 
     # -- state -----------------------------------------------------------------
 
@@ -516,8 +604,8 @@ class ReadCore:
         if self._mode != _IDLE:
             raise BufferBusyError("a read is already in progress on this stream")
         self._mode = _UNTIL
-        self._delimiter = delimiter
-        self._max_bytes = max_bytes
+        self._pattern = delimiter
+        self._nbytes = _max_bytes(max_bytes)
         self._scanned = 0
         if self.buffered_nbytes:
             return self._find_delimiter()
@@ -542,8 +630,8 @@ class ReadCore:
         if self._mode != _IDLE:
             raise BufferBusyError("a read is already in progress on this stream")
         self._mode = _REGEX
-        self._regex = regex
-        self._max_bytes = max_bytes
+        self._pattern = regex
+        self._nbytes = _max_bytes(max_bytes)
         self._scanned = 0  # bytes read ahead at the last search that failed
         if self.buffered_nbytes:
             return self._find_regex()
@@ -617,8 +705,9 @@ class ReadCore:
         if self._lent is not None:
             self._drop_lent()
         mode = self._mode
+        options = self.options
         if mode == _INTO:
-            if self._nbytes - self._filled >= self.direct_min_nbytes:
+            if self._nbytes - self._filled >= options.direct_min_nbytes:
                 view = self._target[self._filled :]  # type: ignore[index]
                 self._lent = view
                 self._direct = True
@@ -627,9 +716,9 @@ class ReadCore:
             assert self._reader is not None
             # (no view made and nothing allocated for a stage that is too
             # small to receive in place: a header, a small frame)
-            if self._reader.next_nbytes() >= self.direct_min_nbytes:
+            if self._reader.next_nbytes() >= options.direct_min_nbytes:
                 view = self._reader.get_buffer()
-                if len(view) >= self.direct_min_nbytes:
+                if len(view) >= options.direct_min_nbytes:
                     self._lent = view
                     self._direct = True
                     return view
@@ -637,11 +726,11 @@ class ReadCore:
         size = self.buffered_nbytes
         if mode == _IDLE:
             # Read ahead, but never past read_chunk_size bytes.
-            room = self.read_chunk_size - size
+            room = options.read_chunk_size - size
             if room <= 0:
                 self._direct = False
                 return _NO_ROOM
-            self._reserve(self.read_chunk_size // 2)
+            self._reserve(options.read_chunk_size // 2)
             ra = self._ra
             assert ra is not None and self._ra_view is not None
             end = self._start + size
@@ -654,11 +743,11 @@ class ReadCore:
             if mode == _BYTES:
                 # Room for the whole pending read, but never more than one
                 # byte past max_buffer_size (enough to detect the overflow).
-                want = min(self._nbytes, self.max_buffer_size + 1) - size
-                half = self.read_chunk_size // 2
+                want = min(self._nbytes, options.max_buffer_size + 1) - size
+                half = options.read_chunk_size // 2
                 self._reserve(want if want > half else half)
             else:
-                half = self.read_chunk_size // 2
+                half = options.read_chunk_size // 2
                 ra = self._ra
                 if ra is None or self._start + size + half > len(ra):  # else the room is there
                     self._reserve(half)
@@ -711,7 +800,7 @@ class ReadCore:
             size = self.buffered_nbytes + nbytes
             filled = self._filled
             missing = self._nbytes - filled
-            if missing < size <= self.max_buffer_size:
+            if missing < size <= self.options.max_buffer_size:
                 # As _take_into, inline (once per message; a call would cost
                 # the pure build more than the rest of this path).
                 start = self._start
@@ -746,7 +835,7 @@ class ReadCore:
             return PENDING
         size = self.buffered_nbytes + nbytes
         self.buffered_nbytes = size
-        if size > self.max_buffer_size:
+        if size > self.options.max_buffer_size:
             raise StreamBufferFullError("Reached maximum read buffer size")
         if mode == _IDLE or mode == _CLOSE:
             return PENDING
@@ -895,8 +984,7 @@ class ReadCore:
         self._mode = _IDLE
         self._filled = 0
         self._reader = None
-        self._delimiter = None
-        self._regex = None
+        self._pattern = None
         self._scanned = 0
 
     def _finish_into(self) -> int:
@@ -910,15 +998,14 @@ class ReadCore:
 
     def _finish_take(self, nbytes: int) -> bytes:
         self._mode = _IDLE
-        self._delimiter = None
-        self._regex = None
+        self._pattern = None
         self._scanned = 0
         return self._take(nbytes)
 
     def _find_delimiter(self) -> Any:
         """Search the bytes read ahead for the pending delimiter, from where
         the last search stopped."""
-        delimiter = self._delimiter
+        delimiter = self._pattern
         assert delimiter is not None and self._ra is not None
         size = self.buffered_nbytes
         start = self._start
@@ -933,7 +1020,7 @@ class ReadCore:
         return PENDING
 
     def _find_regex(self) -> Any:
-        regex = self._regex
+        regex = self._pattern
         assert regex is not None and self._ra_view is not None
         size = self.buffered_nbytes
         start = self._start
@@ -948,8 +1035,8 @@ class ReadCore:
         return PENDING
 
     def _check_limit(self, delimiter: bytes | Pattern[bytes], size: int) -> None:
-        max_bytes = self._max_bytes
-        if max_bytes is not None and size > max_bytes:
+        max_bytes = self._nbytes
+        if size > max_bytes:
             # Tornado's message, word for word.
             raise UnsatisfiableReadError(f"delimiter {delimiter!r} not found within {max_bytes} bytes")
 
@@ -985,9 +1072,9 @@ class ReadCore:
                 self._ra_view[:size] = self._ra_view[start : start + size]
                 self._start = 0
             return
-        chunk = self.read_chunk_size
+        chunk = self.options.read_chunk_size
         new_capacity = max(size + free_nbytes, 2 * capacity, chunk)
-        new_capacity = min(new_capacity, max(size + free_nbytes, self.max_buffer_size + chunk))
+        new_capacity = min(new_capacity, max(size + free_nbytes, self.options.max_buffer_size + chunk))
         new_view = self._take_storage(new_capacity)
         if size:
             assert self._ra_view is not None
@@ -1010,12 +1097,11 @@ class ReadCore:
         nothing where streams take turns with one buffer (asyncio's loop,
         whose reads wake their task in the readiness callback).  O(1)
         otherwise."""
-        pool = self._pool
+        pool = self.options.pool
         size = self.buffered_nbytes
         ra = self._ra
         if (
-            pool is None
-            or pool.has_free()
+            pool.has_free()
             or pool.misses < 2
             or not size
             or size > SPARE_MAX_NBYTES
@@ -1054,10 +1140,9 @@ class ReadCore:
         """A view over whole new storage of ``capacity`` bytes: a buffer of
         the pool when ``capacity`` is ``read_chunk_size`` and the pool has
         one (a list pop), else a new ``bytearray``."""
-        if capacity == self.read_chunk_size:
-            pool = self._pool
-            if pool is None or pool.buffer_nbytes != capacity:
-                pool = self._pool = read_ahead_pool(capacity)
+        options = self.options
+        if capacity == options.read_chunk_size:
+            pool = options.pool
             view = pool.take()
             if view is not None:
                 return view
@@ -1112,8 +1197,8 @@ class ReadCore:
             return
         ra = self._ra
         self._ra = self._ra_view = None
-        pool = self._pool
-        if pool is not None and pool.has_room_for(len(ra)):  # type: ignore[arg-type]
+        pool = self.options.pool
+        if pool.has_room_for(len(ra)):  # type: ignore[arg-type]
             if cython.compiled:
                 # Ours alone: no other reference to the view, no slice of it,
                 # no export of it or of the bytearray but the view's own.

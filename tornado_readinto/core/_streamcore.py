@@ -48,7 +48,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from ..face._tornado_compat import StreamBufferFullError, UnsatisfiableReadError
+from ..errors import StreamBufferFullError, UnsatisfiableReadError
 from ._emptyproof import DRAINED_VALID_S
 from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES
 from ._policy import CORK_MAX_NBYTES, StreamPolicy

@@ -128,28 +128,37 @@ cdef inline tuple _small_lengths_c(object view, Py_ssize_t offset, Py_ssize_t en
     largest[0] = max_
     return lengths
 
+@cython.final
+cdef class FrameLimits:
+    # ints of any size, immutable
+    cdef readonly object max_frames
+    cdef readonly object max_frame_nbytes
+    cdef readonly object max_message_nbytes
+
+    cpdef bint admits(self, object nframes, object total, object largest) except -1
+    cpdef object count_error(self, object nframes)
+    cpdef object lengths_error(self, object total, object largest)
+
+
 cdef class FrameReader:
-    # -- the allocator and the limits (ints of any size) --
+    # -- the allocator and the limits --
     cdef object _allocator                    # nbytes -> writable buffer
-    cdef object _max_frames
-    cdef object _max_frame_nbytes
-    cdef object _max_message_nbytes
+    cdef readonly FrameLimits limits
     cdef Py_ssize_t _prefix_nbytes            # 8: each message starts with tcp.py's P field; else 0
-    # -- buffers of the header, allocated once and reused --
-    cdef object _count_view                   # memoryview of 8 (16 with P) bytes: a count split across receives, or None
-    cdef object _small_lengths_view           # memoryview of 8 * 64 bytes: the lengths of a small message, or None
+    # -- the buffer of split headers, allocated once and reused --
+    cdef object _scratch                      # memoryview of 16 + 8 * 64 bytes: a count (P, nframes) and the
+                                              # lengths of a small message, split across receives; or None
     cdef object _error                        # the exception that poisoned the reader, or None
     cdef object __weakref__
     # -- the current message --
     cdef int _stage                           # _COUNT, _LENGTHS, _FRAMES, _DONE, _POISONED
-    cdef Py_ssize_t _header_filled            # bytes of the COUNT or LENGTHS stage received
+    cdef Py_ssize_t _filled                   # bytes received of the COUNT, the LENGTHS or the frame (FRAMES)
     cdef object _nframes                      # int (checked against max_frames), or None
     cdef object _prefix                       # the P field (an int from the wire: checked, never a size)
     cdef object _lengths_view                 # where split lengths are copied, or None
     cdef tuple _lengths                       # the frame sizes (ints), () until they arrive
     cdef list _frames                         # memoryviews of the frames allocated so far (None before the lengths)
     cdef Py_ssize_t _frame_index              # the frame being filled (nframes once DONE)
-    cdef Py_ssize_t _frame_filled             # bytes of that frame received
     cdef object _expected                     # the message's size as far as known (an int: from the wire)
     cdef Py_ssize_t _received                 # bytes of the message received
     cdef Py_ssize_t _handed                   # bytes handed out by the last get_buffer(s)
@@ -175,6 +184,7 @@ cdef class FrameReader:
     cdef Py_ssize_t _feed_whole_message(self, object view, Py_ssize_t end) except -1
     cdef object _check_usable(self)
     cdef object _poison(self, object error)
+    cdef object _get_scratch(self)
     cdef object _get_count_view(self)
     cdef object _get_lengths_view(self)
     cdef object _got_count_at(self, object view, Py_ssize_t pos)

@@ -88,8 +88,10 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_NBYTES",
     "NEED_DATA",
     "Allocator",
+    "FrameLimits",
     "FrameReader",
     "MessageReader",
+    "frame_limits",
     "frames_nbytes",
     "message_header",
     "nosplit_nbytes",
@@ -160,6 +162,10 @@ DEFAULT_MAX_MESSAGE_NBYTES: Final = 64 << 30
 #: buffer that the reader allocates once and reuses: 64 frames = 512 bytes
 #: (a dask message has a handful of frames: a header and one per buffer).
 _SMALL_LENGTHS_NFRAMES: Final = 64
+
+#: Where the count stage sits in a reader's scratch buffer (P and nframes),
+#: before the small lengths.
+_SCRATCH_COUNT_NBYTES: Final = PREFIX_NBYTES + COUNT_NBYTES
 
 
 # -- the NEED_DATA sentinel --------------------------------------------------
@@ -341,6 +347,93 @@ def _check_limit(name: str, value: Any) -> int:
     return value
 
 
+class FrameLimits:
+    """The limits a `FrameReader` holds each message's header to, before
+    anything is allocated for it: immutable, and shared by the readers made
+    with the same ones (`frame_limits`).  The one place each limit is
+    checked.
+
+    :raises ValueError: for a negative limit.
+    :raises TypeError: for a limit that is not an int.
+
+    .. versionadded:: 0.4
+    """
+
+    __slots__ = ("max_frames", "max_frame_nbytes", "max_message_nbytes")
+
+    def __init__(
+        self,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
+        max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+    ) -> None:
+        #: The most frames a message may have.
+        self.max_frames = _check_limit("max_frames", max_frames)
+        #: The largest frame, in bytes.
+        self.max_frame_nbytes = _check_limit("max_frame_nbytes", max_frame_nbytes)
+        #: The largest total of a message's frame sizes, in bytes.
+        self.max_message_nbytes = _check_limit("max_message_nbytes", max_message_nbytes)
+
+    def admits(self, nframes: Any, total: Any, largest: Any) -> bool:
+        """True if a message of ``nframes`` frames, ``total`` bytes of them,
+        the largest ``largest``, is within every limit.  O(1)."""
+        return (
+            nframes <= self.max_frames  # type: ignore[no-any-return]
+            and total <= self.max_message_nbytes
+            and largest <= self.max_frame_nbytes
+        )
+
+    def count_error(self, nframes: Any) -> FrameTooLargeError | None:
+        """The error for a header that announces ``nframes`` frames, or None
+        if that many are allowed."""
+        if nframes > self.max_frames:
+            return FrameTooLargeError("max_frames", nframes, self.max_frames)
+        return None
+
+    def lengths_error(self, total: Any, largest: Any) -> FrameTooLargeError | None:
+        """The error for frame sizes summing to ``total``, the largest
+        ``largest``, or None if they are allowed."""
+        if largest > self.max_frame_nbytes:
+            return FrameTooLargeError("max_frame_nbytes", largest, self.max_frame_nbytes)
+        if total > self.max_message_nbytes:
+            return FrameTooLargeError("max_message_nbytes", total, self.max_message_nbytes)
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"FrameLimits(max_frames={self.max_frames}, max_frame_nbytes={self.max_frame_nbytes}, "
+            f"max_message_nbytes={self.max_message_nbytes})"
+        )
+
+
+# The limits in use, by value (a process uses a few: the defaults, dask's).
+# Bounded: past _LIMITS_MAX, made afresh each time.
+_LIMITS: dict = {}
+_LIMITS_MAX: Final = 64
+
+
+def frame_limits(
+    max_frames: int = DEFAULT_MAX_FRAMES,
+    max_frame_nbytes: int = DEFAULT_MAX_FRAME_NBYTES,
+    max_message_nbytes: int = DEFAULT_MAX_MESSAGE_NBYTES,
+) -> FrameLimits:
+    """The `FrameLimits` of these values: the one already in use when there
+    is one (a dict lookup), else a new one.
+
+    :raises ValueError: for a negative limit.
+    :raises TypeError: for a limit that is not an int.
+    """
+    # (the types too: True == 1, and a bool is refused)
+    key: tuple = (type(max_frames), max_frames, type(max_frame_nbytes), max_frame_nbytes)
+    key += (type(max_message_nbytes), max_message_nbytes)
+    limits = _LIMITS.get(key)
+    if limits is None:
+        limits = FrameLimits(max_frames, max_frame_nbytes, max_message_nbytes)
+        if len(_LIMITS) < _LIMITS_MAX:
+            _LIMITS[key] = limits
+    return limits  # type: ignore[no-any-return]
+
+
 class MessageReader(Protocol):
     """What `ReadIntoIOStream.read_message` drives: the shape of
     `FrameReader` (an ``asyncio.BufferedProtocol``-like incremental reader)."""
@@ -422,26 +515,22 @@ class FrameReader:
     __slots__ = (
         # the allocator and the limits
         "_allocator",
-        "_max_frames",
-        "_max_frame_nbytes",
-        "_max_message_nbytes",
+        "limits",
         # 8 when each message starts with tcp.py's P field, else 0
         "_prefix_nbytes",
-        # buffers of the header, reused for every message
-        "_count_view",
-        "_small_lengths_view",
+        # the buffer of split headers, reused for every message
+        "_scratch",
         # the error that poisoned the reader, or None
         "_error",
         # the current message (see _reset)
         "_stage",
-        "_header_filled",
+        "_filled",
         "_nframes",
         "_prefix",
         "_lengths_view",
         "_lengths",
         "_frames",
         "_frame_index",
-        "_frame_filled",
         "_expected",
         "_received",
         "_handed",
@@ -461,22 +550,23 @@ class FrameReader:
         if allocator is not None and not callable(allocator):
             raise TypeError(f"allocator must be callable, not {type(allocator).__name__}")
         self._allocator: Allocator = bytearray if allocator is None else allocator
-        self._max_frames = _check_limit("max_frames", max_frames)
-        self._max_frame_nbytes = _check_limit("max_frame_nbytes", max_frame_nbytes)
-        self._max_message_nbytes = _check_limit("max_message_nbytes", max_message_nbytes)
+        #: The limits each header is held to (`FrameLimits`).
+        self.limits = frame_limits(max_frames, max_frame_nbytes, max_message_nbytes)
         self._prefix_nbytes = PREFIX_NBYTES if nosplit_prefix else 0
-        # Allocated once per reader, the first time a count or a message's
-        # lengths arrive split or are received in place (rare: an idle
-        # reader that never saw that holds neither), and reused.
-        self._count_view: memoryview | None = None
-        self._small_lengths_view: memoryview | None = None
+        # Where a count, or the lengths of a message of at most 64 frames,
+        # that arrive split are gathered: [0:16] the count (P and nframes),
+        # [16:] the lengths.  Allocated once per reader, the first time a
+        # header arrives split or is received in place (rare: an idle reader
+        # that never saw that holds none), and reused.
+        self._scratch: memoryview | None = None
         self._error: BaseException | None = None
         self._reset()
 
     def _reset(self) -> None:
         self._stage = _COUNT
-        # bytes received of the current header stage (COUNT or LENGTHS)
-        self._header_filled = 0
+        # bytes received of the current piece: the count (COUNT), the
+        # lengths (LENGTHS) or the frame being filled (FRAMES)
+        self._filled = 0
         self._nframes: int | None = None
         self._prefix = 0  # the P field (nosplit_prefix), an int from the wire
         self._lengths_view: memoryview | None = None
@@ -484,9 +574,8 @@ class FrameReader:
         # the frames, made when the lengths are known: an idle reader holds
         # no list (one object less for the cyclic GC per waiting stream)
         self._frames: list[memoryview] = None  # type: ignore[assignment]  # (None between messages)
-        # index of the frame being filled, and its bytes received so far
+        # index of the frame being filled
         self._frame_index = 0
-        self._frame_filled = 0
         self._expected = self._prefix_nbytes + COUNT_NBYTES
         self._received = 0
         # bytes handed out by the last get_buffer()/get_buffers()
@@ -497,23 +586,23 @@ class FrameReader:
     @property
     def max_frames(self) -> int:
         """The most frames a message may have."""
-        return self._max_frames
+        return self.limits.max_frames  # type: ignore[no-any-return]
 
     @property
     def max_frame_nbytes(self) -> int:
         """The largest frame, in bytes."""
-        return self._max_frame_nbytes
+        return self.limits.max_frame_nbytes  # type: ignore[no-any-return]
 
     @property
     def max_message_nbytes(self) -> int:
         """The largest total of a message's frame sizes, in bytes."""
-        return self._max_message_nbytes
+        return self.limits.max_message_nbytes  # type: ignore[no-any-return]
 
     @property
     def in_message(self) -> bool:
         """True once any byte of a message has arrived, until `next_message`
         returns it.  At EOF, ``in_message`` means the peer closed mid-message."""
-        return self._stage != _COUNT or self._header_filled > 0
+        return self._stage != _COUNT or self._filled > 0
 
     @property
     def nframes(self) -> int | None:
@@ -544,7 +633,7 @@ class FrameReader:
         ``"complete message"`` or ``"failed message"``."""
         stage = self._stage
         if stage == _COUNT:
-            return "frame count" if self._header_filled else "no message"
+            return "frame count" if self._filled else "no message"
         if stage == _LENGTHS:
             return "frame lengths"
         if stage == _FRAMES:
@@ -570,11 +659,11 @@ class FrameReader:
         and sees the error.  O(1)."""
         stage = self._stage
         if stage == _FRAMES:
-            return self._lengths[self._frame_index] - self._frame_filled
+            return self._lengths[self._frame_index] - self._filled
         if stage == _COUNT:
-            return self._prefix_nbytes + COUNT_NBYTES - self._header_filled
+            return self._prefix_nbytes + COUNT_NBYTES - self._filled
         if stage == _LENGTHS:
-            return LENGTH_NBYTES * self._nframes - self._header_filled  # type: ignore[operator]
+            return LENGTH_NBYTES * self._nframes - self._filled  # type: ignore[operator]
         return _ANY_NBYTES
 
     def get_buffer(self) -> memoryview:
@@ -600,11 +689,11 @@ class FrameReader:
             self._check_usable()  # raises
         stage = self._stage
         if stage == _FRAMES:
-            view = self._current_frame()[self._frame_filled :]
+            view = self._current_frame()[self._filled :]
         elif stage == _COUNT:
-            view = self._get_count_view()[self._header_filled :]
+            view = self._get_count_view()[self._filled :]
         elif stage == _LENGTHS:
-            view = self._get_lengths_view()[self._header_filled :]
+            view = self._get_lengths_view()[self._filled :]
         else:
             raise RuntimeError("a complete message is waiting: call next_message() before get_buffer()")
         self._handed = view.nbytes
@@ -632,7 +721,7 @@ class FrameReader:
             return [self.get_buffer()]
         if self._error is not None:
             self._check_usable()  # raises
-        first = self._current_frame()[self._frame_filled :]
+        first = self._current_frame()[self._filled :]
         views = [first]
         handed = first.nbytes
         lengths = self._lengths
@@ -680,13 +769,13 @@ class FrameReader:
         if stage == _FRAMES:
             self._frames_received(nbytes)
         elif stage == _COUNT:
-            self._header_filled += nbytes
-            if self._header_filled == self._prefix_nbytes + COUNT_NBYTES:
+            self._filled += nbytes
+            if self._filled == self._prefix_nbytes + COUNT_NBYTES:
                 self._got_count_at(self._get_count_view(), 0)
         else:  # _LENGTHS: DONE hands out nothing, so nbytes == 0 returned above
-            self._header_filled += nbytes
+            self._filled += nbytes
             lengths_view = self._get_lengths_view()
-            if self._header_filled == lengths_view.nbytes:
+            if self._filled == lengths_view.nbytes:
                 nframes = len(lengths_view) // LENGTH_NBYTES
                 self._got_lengths(_lengths_struct(nframes).unpack(lengths_view))
 
@@ -716,7 +805,7 @@ class FrameReader:
             view = view.cast("B")
         end = view.nbytes
         count_nbytes = self._prefix_nbytes + COUNT_NBYTES
-        if self._stage == _COUNT and not self._header_filled and end >= count_nbytes + LENGTH_NBYTES:
+        if self._stage == _COUNT and not self._filled and end >= count_nbytes + LENGTH_NBYTES:
             consumed = self._feed_whole_message(view, end)
             if consumed:
                 return consumed
@@ -728,13 +817,13 @@ class FrameReader:
                     index = self._frame_index
                     frames = self._frames
                     frame = frames[index] if index < len(frames) else self._current_frame()
-                    filled = self._frame_filled
+                    filled = self._filled
                     take = min(len(frame) - filled, end - pos)
                     frame[filled : filled + take] = view[pos : pos + take]
                     pos += take
                     self._frames_received(take)
                 elif stage == _COUNT:
-                    filled = self._header_filled
+                    filled = self._filled
                     if filled == 0 and end - pos >= count_nbytes:
                         pos += count_nbytes
                         self._got_count_at(view, pos - count_nbytes)
@@ -743,11 +832,11 @@ class FrameReader:
                         count_view = self._get_count_view()
                         count_view[filled : filled + take] = view[pos : pos + take]
                         pos += take
-                        self._header_filled = filled + take
-                        if self._header_filled == count_nbytes:
+                        self._filled = filled + take
+                        if self._filled == count_nbytes:
                             self._got_count_at(count_view, 0)
                 elif stage == _LENGTHS:
-                    filled = self._header_filled
+                    filled = self._filled
                     nframes = self._nframes
                     assert nframes is not None  # internal invariant of the _LENGTHS stage
                     need = LENGTH_NBYTES * nframes
@@ -760,8 +849,8 @@ class FrameReader:
                         take = min(need - filled, end - pos)
                         lengths_view[filled : filled + take] = view[pos : pos + take]
                         pos += take
-                        self._header_filled = filled + take
-                        if self._header_filled == need:
+                        self._filled = filled + take
+                        if self._filled == need:
                             self._got_lengths(_lengths_struct(nframes).unpack(lengths_view))
                 else:  # _DONE: never consume bytes of the next message
                     break
@@ -787,22 +876,17 @@ class FrameReader:
             nframes = len(lengths)
             header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
             message_nbytes = header_nbytes + c_total
-            if (
-                nframes > self._max_frames
-                or end < message_nbytes
-                or c_total > self._max_message_nbytes
-                or c_largest > self._max_frame_nbytes
-            ):
+            if end < message_nbytes or not self.limits.admits(nframes, c_total, c_largest):
                 return 0
         else:
             (nframes,) = _U64.unpack_from(view, offset)
             header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
-            if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or nframes > self._max_frames or end < header_nbytes:
+            if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or end < header_nbytes:
                 return 0
             lengths = _lengths_struct(nframes).unpack_from(view, offset + COUNT_NBYTES)
             total = sum(lengths)
             message_nbytes = header_nbytes + total
-            if end < message_nbytes or total > self._max_message_nbytes or max(lengths) > self._max_frame_nbytes:
+            if end < message_nbytes or not self.limits.admits(nframes, total, max(lengths)):
                 return 0
         if offset and not _prefix_ok(_U64.unpack_from(view, 0)[0], lengths):
             return 0  # the general path reports it
@@ -867,11 +951,15 @@ class FrameReader:
         self._handed = 0
         return error
 
+    def _get_scratch(self) -> memoryview:
+        scratch = self._scratch
+        if scratch is None:
+            nbytes = _SCRATCH_COUNT_NBYTES + LENGTH_NBYTES * _SMALL_LENGTHS_NFRAMES
+            scratch = self._scratch = memoryview(bytearray(nbytes))
+        return scratch
+
     def _get_count_view(self) -> memoryview:
-        view = self._count_view
-        if view is None:
-            view = self._count_view = memoryview(bytearray(self._prefix_nbytes + COUNT_NBYTES))
-        return view
+        return self._get_scratch()[: self._prefix_nbytes + COUNT_NBYTES]
 
     def _get_lengths_view(self) -> memoryview:
         view = self._lengths_view
@@ -879,10 +967,8 @@ class FrameReader:
             nframes = self._nframes
             assert nframes is not None  # internal invariant of the _LENGTHS stage
             if nframes <= _SMALL_LENGTHS_NFRAMES:
-                small = self._small_lengths_view
-                if small is None:
-                    small = self._small_lengths_view = memoryview(bytearray(LENGTH_NBYTES * _SMALL_LENGTHS_NFRAMES))
-                view = small[: LENGTH_NBYTES * nframes]
+                start = _SCRATCH_COUNT_NBYTES
+                view = self._get_scratch()[start : start + LENGTH_NBYTES * nframes]
             else:
                 view = memoryview(bytearray(LENGTH_NBYTES * nframes))
             self._lengths_view = view
@@ -897,12 +983,13 @@ class FrameReader:
         self._got_count(_U64.unpack_from(view, pos)[0])
 
     def _got_count(self, nframes: int) -> None:
-        if nframes > self._max_frames:
-            raise self._poison(FrameTooLargeError("max_frames", nframes, self._max_frames))
+        error = self.limits.count_error(nframes)
+        if error is not None:
+            raise self._poison(error)
         if self._prefix_nbytes and self._prefix < COUNT_NBYTES + LENGTH_NBYTES * nframes:
             raise self._poison(_prefix_error(self._prefix, nframes))
         self._nframes = nframes
-        self._header_filled = 0
+        self._filled = 0
         if nframes == 0:
             if self._prefix_nbytes and self._prefix != COUNT_NBYTES:
                 raise self._poison(_prefix_error(self._prefix, 0))
@@ -914,22 +1001,20 @@ class FrameReader:
 
     def _got_lengths(self, lengths: tuple[int, ...]) -> None:
         # All limits are checked before the first frame is allocated.
-        largest = max(lengths)
-        if largest > self._max_frame_nbytes:
-            raise self._poison(FrameTooLargeError("max_frame_nbytes", largest, self._max_frame_nbytes))
         total = sum(lengths)
-        if total > self._max_message_nbytes:
-            raise self._poison(FrameTooLargeError("max_message_nbytes", total, self._max_message_nbytes))
+        error = self.limits.lengths_error(total, max(lengths))
+        if error is not None:
+            raise self._poison(error)
         if self._prefix_nbytes and not _prefix_ok(self._prefix, lengths):
             raise self._poison(_prefix_error(self._prefix, len(lengths)))
         self._lengths = lengths
         self._lengths_view = None  # drop a large lengths buffer right away
-        self._header_filled = 0
+        self._filled = 0
         self._expected += total
         self._frames = []
         self._stage = _FRAMES
         self._frame_index = 0
-        self._frame_filled = 0
+        self._filled = 0
         self._frames_received(0)  # step over leading zero-length frames
 
     def _frames_received(self, nbytes: int) -> None:
@@ -937,9 +1022,9 @@ class FrameReader:
         frames), stepping over zero-length frames; DONE after the last one."""
         lengths = self._lengths
         index = self._frame_index
-        filled = self._frame_filled + nbytes
+        filled = self._filled + nbytes
         if filled < lengths[index]:  # fast path: the frame goes on
-            self._frame_filled = filled
+            self._filled = filled
             return
         nframes = len(lengths)
         while filled >= lengths[index]:
@@ -948,7 +1033,7 @@ class FrameReader:
             if index == nframes:
                 break
         self._frame_index = index
-        self._frame_filled = filled
+        self._filled = filled
         if index == nframes:
             self._allocate_through(nframes - 1)  # trailing zero-length frames
             self._stage = _DONE
