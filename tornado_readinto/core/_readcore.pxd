@@ -4,9 +4,7 @@
 
 cimport cython
 
-from cpython.ref cimport Py_REFCNT
-
-from tornado_readinto._bytecopy cimport _copy_c
+from tornado_readinto._native cimport copy_into, reusable_view
 from tornado_readinto.wire.framing cimport FrameReader
 
 
@@ -14,31 +12,6 @@ from tornado_readinto.wire.framing cimport FrameReader
 cdef Py_ssize_t POOL_MAX_NBYTES
 cdef Py_ssize_t SPARE_MAX_NBYTES
 cdef Py_ssize_t _NO_LIMIT
-
-
-# CPython's own fields of the objects that read-ahead storage is made of
-# (Include/cpython/memoryobject.h and bytearrayobject.h, unchanged since
-# 3.3): what tells, in C, whether any view of a buffer is alive.
-cdef extern from "Python.h":
-    ctypedef struct _PyManagedBufferObject:
-        Py_ssize_t exports                    # memoryviews registered with it (a slice is one)
-    ctypedef struct PyMemoryViewObject:
-        _PyManagedBufferObject *mbuf
-        Py_ssize_t exports                    # buffer exports of this view
-    ctypedef struct PyByteArrayObject:
-        Py_ssize_t ob_exports                 # buffer exports of the bytearray
-
-
-# ReadCore._release_read_ahead's test in the compiled build (the pure build
-# releases the view and tries a resize): True when ``view``, the core's one
-# view of ``ra`` (held by the caller's local variable alone), has no other
-# reference, no slice or copy registered beside it and no export, and ``ra``
-# no export but the view's.  Then no code anywhere can reach the storage,
-# and it may serve another stream.
-cdef inline bint _unshared_c(object ra, object view) noexcept:
-    cdef PyMemoryViewObject *mv = <PyMemoryViewObject *>view
-    return (Py_REFCNT(view) == 1 and mv.exports == 0 and mv.mbuf.exports == 1
-            and (<PyByteArrayObject *>ra).ob_exports == 1)
 
 
 @cython.final

@@ -73,6 +73,8 @@ else:
         import cython  # resolved by Cython when compiled
     except ModuleNotFoundError:
         from .. import _cyshim as cython
+if not cython.compiled:  # (compiled: their C twins, cimported in _readcore.pxd)
+    from .._native import copy_into, reusable_view
 
 __all__ = [
     "ReadCore",
@@ -337,22 +339,9 @@ def read_options(read_chunk_size: int, max_buffer_size: int, direct_min_nbytes: 
     return options  # type: ignore[no-any-return]
 
 
-def _unshared(ra: bytearray) -> bool:
-    """True when no buffer export of ``ra`` is alive (the pure build's test: a
-    bytearray refuses to resize while exported).  ``ra`` is made with one
-    byte of spare capacity (`_new_bytearray`), so the trial costs no
-    reallocation."""
-    try:
-        ra.append(0)
-    except BufferError:
-        return False
-    del ra[-1]
-    return True
-
-
 def _new_bytearray(nbytes: int) -> bytearray:
     """A zeroed bytearray of ``nbytes`` bytes with one byte of spare capacity
-    (see `_unshared`)."""
+    (so that the pure build's test of `reusable_view` costs no reallocation)."""
     ra = bytearray(nbytes + 1)
     del ra[-1]
     return ra
@@ -804,10 +793,7 @@ class ReadCore:
                 # As _take_into, inline (once per message; a call would cost
                 # the pure build more than the rest of this path).
                 start = self._start
-                if cython.compiled:
-                    _copy_c(self._target, filled, self._ra_view, start, missing)  # type: ignore[name-defined]  # noqa: F821
-                else:
-                    self._target[filled:] = self._ra_view[start : start + missing]  # type: ignore[index]
+                copy_into(self._target, filled, self._ra_view, start, missing)
                 self.buffered_nbytes = size - missing
                 self._start = start + missing
                 self._filled = self._nbytes
@@ -1153,10 +1139,7 @@ class ReadCore:
         into ``dst[dst_start : dst_start + nbytes]`` and take them: the read
         core's one copy out of the read-ahead buffer."""
         start = self._start
-        if cython.compiled:
-            _copy_c(dst, dst_start, self._ra_view, start, nbytes)  # type: ignore[name-defined]  # noqa: F821
-        else:
-            dst[dst_start : dst_start + nbytes] = self._ra_view[start : start + nbytes]  # type: ignore[index]
+        copy_into(dst, dst_start, self._ra_view, start, nbytes)
         size = self.buffered_nbytes
         if size > nbytes:
             self.buffered_nbytes = size - nbytes
@@ -1199,19 +1182,9 @@ class ReadCore:
         self._ra = self._ra_view = None
         pool = self.options.pool
         if pool.has_room_for(len(ra)):  # type: ignore[arg-type]
-            if cython.compiled:
-                # Ours alone: no other reference to the view, no slice of it,
-                # no export of it or of the bytearray but the view's own.
-                if _unshared_c(ra, view):  # type: ignore[name-defined]  # noqa: F821
-                    pool.give(view)
-                    return
-            else:
-                try:
-                    view.release()  # (a holder of this view object finds it released)
-                except BufferError:
-                    return  # exported: it goes with its holder
-                if _unshared(ra):  # type: ignore[arg-type]
-                    pool.give(memoryview(ra))  # type: ignore[arg-type]
+            kept = reusable_view(ra, view)  # type: ignore[arg-type]  # (releases view in the pure build)
+            if kept is not None:
+                pool.give(kept)
                 return
         try:
             view.release()

@@ -48,18 +48,11 @@ import asyncio
 import contextvars
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tornado import ioloop
 from tornado.concurrent import Future
 
-if TYPE_CHECKING:
-    from .. import _cyshim as cython
-else:
-    try:
-        import cython  # resolved by Cython when compiled
-    except ModuleNotFoundError:
-        from .. import _cyshim as cython
 from ..core._readcore import PENDING
 from ..core._streamcore import CORKED, EOF, SEND, CoreFailure, StreamCore
 from ..errors import BufferBusyError
@@ -342,10 +335,8 @@ class FaceCore:
         """The face's ``read_into``: see `ReadIntoIOStream.read_into`."""
         reads = self.io.reads
         if type(buf) is bytearray:  # always writable, contiguous and of format 'B'
-            # Compiled, bytes read ahead that fill it need no memoryview (in
-            # the pure build the extra call would cost a read that waits more
-            # than the view saves).
-            if cython.compiled and self.read_future is None and reads.fill(buf):
+            # Bytes read ahead that fill it need no memoryview.
+            if self.read_future is None and reads.fill(buf):
                 return self.filled(len(buf))
             view = memoryview(buf)
         else:

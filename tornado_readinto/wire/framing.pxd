@@ -19,114 +19,13 @@
 
 cimport cython
 
-from cpython.buffer cimport PyBUF_FULL_RO, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_GET_SIZE
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_FromUnsignedLongLong
-from cpython.pyport cimport PY_SSIZE_T_MAX
-from cpython.ref cimport Py_INCREF, Py_REFCNT
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-
-from tornado_readinto._bytecopy cimport _copy_c
+from tornado_readinto._native cimport copy_into, message_header_of, small_lengths
 
 
 cdef object _lengths_struct(object nframes)
 cdef object _empty_frame()
 cpdef tuple message_header(object frames)
 
-
-# message_header's compiled branch: one pass over the frames, each size read
-# from the object (bytes, bytearray) or its buffer export (anything else: a
-# memoryview's, or what memoryview(frame).nbytes would see), written as a
-# little-endian u64 straight into the header's bytes.  The pure build runs
-# pack_header(frames_nbytes(frames)).
-cdef inline void _put_u64le(unsigned char *out, unsigned long long value) noexcept:
-    cdef int k
-    for k in range(8):
-        out[k] = <unsigned char>(value >> (8 * k))
-
-
-cdef inline tuple _message_header_c(object frames):
-    cdef Py_ssize_t nframes = len(frames)
-    cdef Py_ssize_t index = 0
-    cdef Py_ssize_t nbytes
-    cdef Py_ssize_t total = 8 * (nframes + 1)
-    cdef Py_buffer view
-    cdef bytes header = PyBytes_FromStringAndSize(NULL, total)
-    cdef unsigned char *out = <unsigned char *>PyBytes_AS_STRING(header)
-    _put_u64le(out, <unsigned long long>nframes)
-    for frame in frames:
-        if index == nframes:  # more frames than len() said (a frame's export ran Python)
-            raise ValueError("frames changed size while the header was written")
-        if type(frame) is bytes:
-            nbytes = PyBytes_GET_SIZE(frame)
-        elif type(frame) is bytearray:
-            nbytes = PyByteArray_GET_SIZE(frame)
-        else:
-            PyObject_GetBuffer(frame, &view, PyBUF_FULL_RO)
-            nbytes = view.len
-            PyBuffer_Release(&view)
-        index += 1
-        _put_u64le(out + 8 * index, <unsigned long long>nbytes)
-        if nbytes > PY_SSIZE_T_MAX - total:
-            raise OverflowError("the frames' total size does not fit in a Py_ssize_t")
-        total += nbytes
-    if index != nframes:
-        raise ValueError("frames changed size while the header was written")
-    return header, total
-
-
-cdef inline unsigned long long _get_u64le(const unsigned char *p) noexcept:
-    cdef unsigned long long value = 0
-    cdef int k
-    for k in range(8):
-        value |= (<unsigned long long>p[k]) << (8 * k)
-    return value
-
-
-# FrameReader._feed_whole_message's header parse in the compiled build (the
-# pure build unpacks with struct): the frame sizes of the message that
-# `view[offset:end]` starts with (offset: 8 past tcp.py's P field, else 0), as a tuple of ints, with their sum and the largest
-# written to *total and *largest; None unless the header is all there, of 1 to
-# max_nframes frames (_SMALL_LENGTHS_NFRAMES), each under 2**56 bytes (a
-# larger frame cannot be whole in memory: the general path reports it, or
-# waits for it).  No limit is checked here.
-cdef inline tuple _small_lengths_c(object view, Py_ssize_t offset, Py_ssize_t end, Py_ssize_t max_nframes,
-                                   Py_ssize_t *total, Py_ssize_t *largest):
-    cdef Py_buffer b
-    cdef const unsigned char *p
-    cdef unsigned long long nframes
-    cdef unsigned long long length
-    cdef Py_ssize_t index
-    cdef Py_ssize_t sum_ = 0
-    cdef Py_ssize_t max_ = 0
-    cdef tuple lengths
-    cdef object item
-    PyObject_GetBuffer(view, &b, PyBUF_SIMPLE)
-    try:
-        if offset < 0 or end < offset + 8 or end > b.len:
-            return None
-        p = <const unsigned char *>b.buf + offset
-        end -= offset
-        nframes = _get_u64le(p)
-        if nframes == 0 or nframes > <unsigned long long>max_nframes or <unsigned long long>end < 8 * (nframes + 1):
-            return None
-        lengths = PyTuple_New(<Py_ssize_t>nframes)  # a tuple left part-filled on None is freed safely
-        for index in range(<Py_ssize_t>nframes):
-            length = _get_u64le(p + 8 * (index + 1))
-            if length >= (<unsigned long long>1) << 56:
-                return None
-            sum_ += <Py_ssize_t>length
-            if <Py_ssize_t>length > max_:
-                max_ = <Py_ssize_t>length
-            item = PyLong_FromUnsignedLongLong(length)
-            Py_INCREF(item)
-            PyTuple_SET_ITEM(lengths, index, item)
-    finally:
-        PyBuffer_Release(&b)
-    total[0] = sum_
-    largest[0] = max_
-    return lengths
 
 @cython.final
 cdef class FrameLimits:

@@ -81,6 +81,8 @@ else:
         import cython  # resolved by Cython when compiled
     except ModuleNotFoundError:
         from .. import _cyshim as cython
+if not cython.compiled:  # (compiled: their C twins, cimported in framing.pxd)
+    from .._native import copy_into, message_header_of, small_lengths
 
 __all__ = [
     "DEFAULT_MAX_FRAMES",
@@ -247,8 +249,9 @@ def message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
     whole message takes on the wire (header included):
     ``(pack_header(frames_nbytes(frames)), 8 * (1 + len(frames)) + sum(frame sizes))``.
 
-    Cost: the header ``bytes`` only (in the compiled build, no list of sizes
-    and each size read from the frame's buffer export); no copy of any frame.
+    Cost: the header ``bytes`` only, made in one pass over the frames (in
+    the compiled build with no list of sizes, each size read from the
+    frame's buffer export); no copy of any frame.
 
     :raises TypeError: ``frames`` has no length (an iterator), or a frame is
         not a bytes-like object.
@@ -257,13 +260,7 @@ def message_header(frames: Sequence[Any]) -> tuple[bytes, int]:
 
     .. versionadded:: 0.1
     """
-    if cython.compiled:  # one pass, in C (framing.pxd)
-        return _message_header_c(frames)  # type: ignore[name-defined,no-any-return]  # noqa: F821
-    nframes = len(frames)
-    nbytes = frames_nbytes(frames)
-    if len(nbytes) != nframes:
-        raise ValueError("frames changed size while the header was written")
-    return pack_header(nbytes), 8 * (1 + nframes) + sum(nbytes)
+    return message_header_of(frames)  # type: ignore[no-any-return]
 
 
 def nosplit_nbytes(frames: Sequence[Any], frame_nbytes: Sequence[int]) -> int:
@@ -866,28 +863,15 @@ class FrameReader:
         their buffers and return its size; else return 0 (and change
         nothing) for the general path, which also reports what is wrong."""
         offset = self._prefix_nbytes
-        if cython.compiled:  # the header parsed in C (framing.pxd), the limits as below
-            c_total = c_largest = 0
-            lengths = _small_lengths_c(  # type: ignore[name-defined]  # noqa: F821
-                view, offset, end, _SMALL_LENGTHS_NFRAMES, cython.address(c_total), cython.address(c_largest)  # type: ignore[attr-defined]
-            )
-            if lengths is None:
-                return 0
-            nframes = len(lengths)
-            header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
-            message_nbytes = header_nbytes + c_total
-            if end < message_nbytes or not self.limits.admits(nframes, c_total, c_largest):
-                return 0
-        else:
-            (nframes,) = _U64.unpack_from(view, offset)
-            header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
-            if not 0 < nframes <= _SMALL_LENGTHS_NFRAMES or end < header_nbytes:
-                return 0
-            lengths = _lengths_struct(nframes).unpack_from(view, offset + COUNT_NBYTES)
-            total = sum(lengths)
-            message_nbytes = header_nbytes + total
-            if end < message_nbytes or not self.limits.admits(nframes, total, max(lengths)):
-                return 0
+        parsed = small_lengths(view, offset, end, _SMALL_LENGTHS_NFRAMES)
+        if parsed is None:
+            return 0
+        lengths, total, largest = parsed
+        nframes = len(lengths)
+        header_nbytes = offset + COUNT_NBYTES + LENGTH_NBYTES * nframes
+        message_nbytes = header_nbytes + total
+        if end < message_nbytes or not self.limits.admits(nframes, total, largest):
+            return 0
         if offset and not _prefix_ok(_U64.unpack_from(view, 0)[0], lengths):
             return 0  # the general path reports it
         self._nframes = nframes
@@ -899,10 +883,7 @@ class FrameReader:
         for index, nbytes in enumerate(lengths):
             if nbytes:
                 frame = self._allocate(index, nbytes)  # poisons the reader on error
-                if cython.compiled:  # one memmove (_bytecopy.pxd)
-                    _copy_c(frame, 0, view, pos, nbytes)  # type: ignore[name-defined]  # noqa: F821
-                else:
-                    frame[:] = view[pos : pos + nbytes]
+                copy_into(frame, 0, view, pos, nbytes)
                 pos += nbytes
             else:
                 frame = _empty_frame()
@@ -1060,15 +1041,9 @@ class FrameReader:
             buf = self._allocator(nbytes)
             if type(buf) is bytearray and len(buf) == nbytes:
                 return memoryview(buf)  # writable, 'B', contiguous, the size asked
-            if cython.compiled and type(buf) is memoryview and Py_REFCNT(buf) == 1:  # type: ignore[name-defined]  # noqa: F821
-                # Compiled: a memoryview that only the reader holds (a
-                # `BufferPool`'s, fresh per call) is the frame when it fits;
-                # a view of it would be one more object for the GC.  One the
-                # allocator keeps is viewed again, so that a caller's
-                # ``release()`` of its frame cannot release the allocator's.
-                view = buf
-            else:
-                view = memoryview(buf)
+            # A view of its own, even of a memoryview: a caller's ``release()``
+            # of its frame then never releases the allocator's.
+            view = memoryview(buf)
             if view.readonly:
                 raise ValueError("the allocator returned a read-only buffer")
             if view.format != "B" or view.ndim != 1:
