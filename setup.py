@@ -1,5 +1,5 @@
 """Build the compiled core: Cython's pure-Python mode compiles
-``tornado_readinto/core/_emptyproof.py``, ``_lowat.py``, ``_policy.py``, ``_sockcalls.py``, ``_readcore.py``,
+``tornado_readinto/core/_policy.py``, ``_sockcalls.py``, ``_readcore.py``,
 ``_streamcore.py``,
 ``_facecore.py``, ``writebuffer.py`` and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
 ``busypoll.py``, ``iostream.py``, ``_eager.py``, ``framed.py`` and

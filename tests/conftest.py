@@ -178,7 +178,7 @@ class HeldCalls:
 @pytest.fixture
 def stream_clock(monkeypatch):
     """An explicit clock for the streams (their core reads ``perf_counter``
-    for busy polling, `tornado_readinto.core._emptyproof` for how long a short
+    for busy polling, `tornado_readinto.core._policy` (`EmptyProof`) for how long a short
     recv proves a socket empty, and `tornado_readinto.core._sockcalls` to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
@@ -192,10 +192,9 @@ def stream_clock(monkeypatch):
 def patch_stream_clock(monkeypatch, clock):
     """Make the streams' core (its proof that a socket is empty, and its
     socket calls) read ``clock`` for ``perf_counter``."""
-    from tornado_readinto.core import _emptyproof, _policy, _sockcalls
+    from tornado_readinto.core import _policy, _sockcalls
 
-    monkeypatch.setattr(_policy, "perf_counter", clock)
-    monkeypatch.setattr(_emptyproof, "perf_counter", clock)
+    monkeypatch.setattr(_policy, "perf_counter", clock)  # (the policy's and its EmptyProof's)
     monkeypatch.setattr(_sockcalls, "perf_counter", clock)
 
 

@@ -62,8 +62,6 @@ __all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
 #: reads this list (the only one) and compiles the same ``.py``, typed by the
 #: ``.pxd`` beside it where there is one, or as it is.
 _COMPILED_MODULES: tuple[str, ...] = (
-    "core._emptyproof",
-    "core._lowat",
     "core._policy",
     "core._sockcalls",
     "core._readcore",

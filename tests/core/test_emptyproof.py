@@ -1,4 +1,4 @@
-"""The proof that a socket is empty (`tornado_readinto.core._emptyproof`), one
+"""The proof that a socket is empty (`tornado_readinto.core._policy.EmptyProof`), one
 heuristic of the core: alone, on an explicit clock, and switched off in a
 stream over real sockets."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.core import _emptyproof
-from tornado_readinto.core._emptyproof import DRAINED_VALID_S, EmptyProof
+from tornado_readinto.core import _policy as _emptyproof  # (where EmptyProof lives)
+from tornado_readinto.core._policy import DRAINED_VALID_S, EmptyProof
 from tornado_readinto.diagnostics.testing import RecordingSocket, stream_pair
 
 from ..conftest import run

@@ -14,7 +14,8 @@ import pytest
 from tornado.iostream import StreamClosedError
 
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.core import _gilheld, _lowat
+from tornado_readinto.core import _gilheld
+from tornado_readinto.core import _policy as _lowat  # (where LowWaterMark lives)
 from tornado_readinto.core._policy import CORK_MAX_NBYTES, StreamPolicy
 from tornado_readinto.core._readcore import PENDING
 from tornado_readinto.core._streamcore import CORKED, EOF, SENT, CoreFailure, StreamCore

@@ -21,8 +21,8 @@ import pytest
 from tornado.iostream import IOStream, StreamClosedError
 
 from tornado_readinto import FramedStream, ReadIntoIOStream, SSLReadIntoIOStream
-from tornado_readinto.core import _lowat
-from tornado_readinto.core._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
+from tornado_readinto.core import _policy as _lowat  # (where LowWaterMark lives)
+from tornado_readinto.core._policy import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, lowat_applies
 from tornado_readinto.diagnostics.testing import RecordingSocket, buffer_address, stream_pair
 from tornado_readinto.wire.framing import NEED_DATA, message_header
 
@@ -415,7 +415,7 @@ def test_a_mark_the_kernel_refuses_turns_the_marks_off():
 _CHILD = """
 import asyncio, socket
 from tornado_readinto import ReadIntoIOStream
-from tornado_readinto.core import _lowat
+from tornado_readinto.core import _policy as _lowat  # (where LowWaterMark lives)
 from tornado_readinto.diagnostics.testing import stream_pair
 
 async def main():

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tornado_readinto.core import _emptyproof, _lowat, _policy, _readcore, _sockcalls, _streamcore, writebuffer
+from tornado_readinto.core import _policy, _readcore, _sockcalls, _streamcore, writebuffer
 from tornado_readinto.face import _facecore
 from tornado_readinto.wire import framing
 
@@ -28,8 +28,8 @@ def declarations(module, name):
 @pytest.mark.parametrize(
     "module, cls",
     [
-        (_emptyproof, _emptyproof.EmptyProof),
-        (_lowat, _lowat.LowWaterMark),
+        (_policy, _policy.EmptyProof),
+        (_policy, _policy.LowWaterMark),
         (_policy, _policy.StreamPolicy),
         (_sockcalls, _sockcalls.SocketCalls),
         (_readcore, _readcore.ReadCore),

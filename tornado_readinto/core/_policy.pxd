@@ -1,9 +1,36 @@
 # Declarations for compiling _policy.py with Cython in pure-Python mode: the
 # same .py, typed by this file.  The mechanism (StreamCore) and the face's
-# state (FaceCore) hold the policy in a typed field, so every hook is a C call.
+# state (FaceCore) hold the policy in a typed field, and the policy its
+# EmptyProof and LowWaterMark, so every hook is a C call.
 
-from tornado_readinto.core._emptyproof cimport EmptyProof
-from tornado_readinto.core._lowat cimport LowWaterMark
+cpdef bint lowat_applies(object sock) except -1   # (LowWaterMark's, below)
+
+
+cdef class EmptyProof:
+    cdef readonly double valid_s              # how long a proof holds (0: never)
+    cdef public bint readable                 # False only after a receive proved the socket empty
+    cdef public bint short                    # ...by a short recv (not EAGAIN, EOF or an error)
+    cdef public bint unconfirmed              # not used until a receive or a send confirms the socket
+    cdef public double at                     # perf_counter() of the proof, or of the last write
+
+    cpdef bint holds(self, bint read_registered)
+    cpdef object receiving(self)
+    cpdef object emptied(self, bint short)
+    cpdef object ended(self)
+    cpdef object data_ready(self)
+    cpdef object wrote(self)
+
+
+cdef class LowWaterMark:
+    cdef readonly object sock                 # the socket the marks are set on, or None
+    cdef readonly bint ok                     # marks may be set (False after a setsockopt failed)
+    cdef readonly Py_ssize_t mark             # the mark set last (1: the kernel's default)
+
+    cpdef bint wait(self, Py_ssize_t missing) except -1
+    cpdef object reset(self)
+    cdef object _set(self, Py_ssize_t nbytes)
+    cpdef Py_ssize_t unreported_nbytes(self) except -1
+    cpdef object off(self)
 
 
 cdef class StreamPolicy:

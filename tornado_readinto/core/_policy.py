@@ -8,12 +8,12 @@ receive loop and the write queue) and the face's per-message half
 tell this object what happened and ask it what to do through the hooks
 named below, and neither reads or sets a heuristic's state.  It holds:
 
-* the proof that the socket is empty (`tornado_readinto.core._emptyproof.EmptyProof`):
+* the proof that the socket is empty (`EmptyProof`, below):
   `skip_receive`, `receiving`, `drained`, `ended`, `keep_receiving`,
   `ended_short`, `unconfirm`, `data_ready`, `may_have_data`, `wrote`,
   `confirmed`;
 * the receive low-water mark of large waits
-  (`tornado_readinto.core._lowat.LowWaterMark`): `parked`, `read_done`;
+  (`LowWaterMark`, below): `parked`, `read_done`;
 * busy polling (`tornado_readinto.core.busypoll.BusyPoll`): `parked`,
   `data_ready`;
 * eager read Futures (`eager_future`);
@@ -30,19 +30,284 @@ Each heuristic is switchable alone, at construction: ``empty_proof_s=0``,
 ``eager=False, eager_contended=False``, ``cork_max_nbytes=0``.  Nothing is
 assigned afterwards.  The compiled build types this module with
 ``_policy.pxd``: the mechanism holds the policy in a typed field, so every
-hook is a C call.
+hook is a C call, and the policy its two heuristic objects, so theirs are
+too.  The three classes share this one module: a policy decision is one
+module away from the mechanism.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from time import perf_counter
 from typing import Any, Final
 
 from . import _gilheld
-from ._emptyproof import DRAINED_VALID_S, EmptyProof
-from ._lowat import LowWaterMark
 
-__all__ = ["CORK_MAX_NBYTES", "StreamPolicy"]
+__all__ = [
+    "CORK_MAX_NBYTES",
+    "StreamPolicy",
+    "DRAINED_VALID_S",
+    "EmptyProof",
+    "ENABLED",
+    "ENV_VAR",
+    "RCVLOWAT_MIN_MISSING",
+    "RCVLOWAT_NBYTES",
+    "LowWaterMark",
+    "lowat_applies",
+]
+
+
+# -- the proof that the socket is empty ------------------------------------
+# The proof that a stream's socket is empty: one heuristic of the stream,
+# in one small object (`EmptyProof`).
+#
+# A read that finds no bytes read ahead would try a ``recv`` before parking;
+# when the socket is known to be empty, that ``recv`` can only fail with
+# EAGAIN.  A receive proves the socket empty when it fails with EAGAIN (plain
+# sockets: on TLS "want read" proves nothing), or when it returns fewer bytes
+# than asked (plain sockets: the kernel gave all it had; TLS: fewer than a
+# full record).  The proof then holds while:
+#
+# * no READ event came since (`data_ready`),
+# * READ is registered with the loop, whose level-triggered selector will
+#   report new data (the caller says so: `holds`),
+# * less than ``valid_s`` passed since the receive or since the stream's last
+#   write (`wrote`: a request/response peer answers only after it), and
+# * nothing left it unconfirmed (`unconfirmed`: a loop that may stop
+#   watching a socket after an error event ran a READ callback whose receive
+#   ended short; the next receive or send confirms the socket is watched).
+#
+# Switched off (``valid_s=0``), the proof never holds, and every read tries
+# the socket first.  Each stream's policy
+# (`tornado_readinto.core._policy.StreamPolicy`) keeps one `EmptyProof` and tells
+# it what happened through the hooks below; it holds no socket and makes no
+# syscall (`holds` reads the clock only when the rest already holds).
+#
+# Its fields are C fields in the compiled build, its hooks C calls from the
+# policy.
+
+#: How long a receive proves a socket empty.  A read that starts later tries
+#: ``recv`` before waiting for the event loop: when the loop thread was held
+#: up this long (by a thread holding the GIL: a hand-off takes up to the 5 ms
+#: switch interval), the peer has most likely answered, and a read completed
+#: inline costs no poll, no parked Future and no extra loop turn.
+DRAINED_VALID_S: Final = 1e-3  # seconds
+
+
+class EmptyProof:
+    """Whether the last receive proved the socket empty, and for how long
+    that holds (see the module's docstring).
+
+    :arg valid_s: how long a proof holds after its receive or the last
+        write (default `DRAINED_VALID_S`; 0: never, the heuristic off).
+    :raises ValueError: for a negative ``valid_s``.
+    """
+
+    __slots__ = ("valid_s", "readable", "short", "unconfirmed", "at")
+
+    def __init__(self, valid_s: float = DRAINED_VALID_S) -> None:
+        if not valid_s >= 0:
+            raise ValueError(f"valid_s must be >= 0 seconds, got {valid_s}")
+        #: How long a proof holds (0: never).
+        self.valid_s = valid_s
+        #: False only after a receive proved the socket empty; a READ event
+        #: sets it back.
+        self.readable = True
+        #: The last receive ended on such a proof by a short ``recv`` (not
+        #: on EAGAIN, EOF or an error).
+        self.short = False
+        #: See the module's docstring: the proof is not used until a
+        #: receive or a send confirms the socket is still watched.
+        self.unconfirmed = False
+        #: When the proof was made, or the last write (``perf_counter``).
+        self.at = 0.0
+
+    def holds(self, read_registered: bool) -> bool:
+        """True when a receive now would only fail with EAGAIN: the proof
+        is there, confirmed, READ is registered and the window has not
+        passed.  No syscall."""
+        return (
+            not self.readable and not self.unconfirmed and read_registered and perf_counter() - self.at < self.valid_s
+        )
+
+    def receiving(self) -> None:
+        """A receive starts: what it ends on decides `short` again."""
+        self.short = False
+
+    def emptied(self, short: bool) -> None:
+        """The receive just made proved the socket empty: by a short
+        ``recv`` (``short``) or by EAGAIN."""
+        self.readable = False
+        self.short = short
+        self.at = perf_counter()
+
+    def ended(self) -> None:
+        """The peer closed: nothing more can arrive (the proof never
+        matters again, so its window is not started)."""
+        self.readable = False
+
+    def data_ready(self) -> None:
+        """A READ event (or decrypted bytes that may sit in a TLS object):
+        the socket has data."""
+        self.readable = True
+
+    def wrote(self) -> None:
+        """The stream writes: a request/response peer answers only after
+        this, so a proof's window starts again here."""
+        if not self.readable:
+            self.at = perf_counter()
+
+
+# -- the receive low-water mark --------------------------------------------
+# The receive low-water mark of a large wait: one heuristic of the stream, in
+# one small object (`LowWaterMark`).
+#
+# A read that waits for `RCVLOWAT_MIN_MISSING` bytes or more of its own
+# buffer sets the socket's ``SO_RCVLOWAT`` to what it still needs, at most
+# `RCVLOWAT_NBYTES`: Linux then holds epoll's READ event back until that many
+# bytes are queued, so a large transfer costs one ``recv_into`` and one loop
+# wake-up per `RCVLOWAT_NBYTES` instead of one per arriving segment batch, and
+# the last wake-up of a read comes when its last byte has arrived.  Smaller
+# waits, and the receive that completes the read, set it back to 1 (any
+# byte).  Plain TCP sockets on Linux 4.18+ only (`lowat_applies`); a
+# ``setsockopt`` that fails turns the marks off for that socket, and
+# ``TORNADO_READINTO_RCVLOWAT=0`` in the environment (`ENV_VAR`, read at
+# import) turns them off for every stream of the process, for A/B
+# measurements (a worker process inherits it).
+#
+# Each stream's policy (`tornado_readinto.core._policy.StreamPolicy`) keeps one
+# `LowWaterMark` and calls it where a read parks (`wait`) and where a read
+# completes (`reset`).  Its hooks are C calls
+# from the policy in the compiled build.
+
+#: A read that waits for this many bytes or more of its own buffer has the
+#: kernel wake the loop only once they, or `RCVLOWAT_NBYTES` of them, have
+#: arrived (below it, a mark would cost two ``setsockopt`` calls to save at
+#: most one wake-up).
+RCVLOWAT_MIN_MISSING: Final = 64 * 1024  # bytes
+
+#: The highest mark a wait sets: a larger one copies less of a transfer while
+#: its bytes arrive, and was slower for 100 MiB reads in the echo benchmark.
+RCVLOWAT_NBYTES: Final = 256 * 1024  # bytes
+
+#: The environment variable that turns the marks off when set to 0 (for A/B
+#: measurements; read once, at import).
+ENV_VAR: Final = "TORNADO_READINTO_RCVLOWAT"
+
+#: False where `ENV_VAR` turns the marks off.
+ENABLED: Final = os.environ.get(ENV_VAR, "1") != "0"
+
+
+def _lowat_kernel() -> bool:
+    # Linux holds epoll's READ event back until SO_RCVLOWAT bytes are
+    # queued; since 4.18 it also grows the receive buffer to fit the mark (or
+    # caps the mark at half a locked buffer), so that the mark can always be
+    # reached.  Older kernels do not: no marks there.
+    if sys.platform != "linux":
+        return False
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (4, 18)
+
+
+_LOWAT_PLATFORM: Final = _lowat_kernel()
+
+
+def lowat_applies(sock: socket.socket | None) -> bool:
+    """True for a TCP socket (or a wrapper with its ``family``, ``type`` and
+    ``setsockopt``) on Linux, where ``SO_RCVLOWAT`` holds epoll's READ event
+    back until the mark is reached."""
+    return (
+        _LOWAT_PLATFORM
+        and getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6)
+        and getattr(sock, "type", None) == socket.SOCK_STREAM
+        and hasattr(sock, "setsockopt")
+    )
+
+
+def _queued_nbytes(fd: int) -> int:
+    # FIONREAD on a TCP socket: the bytes received by the kernel and not yet
+    # read (Unix only, as the marks are).
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]  # type: ignore[no-any-return]
+
+
+class LowWaterMark:
+    """The ``SO_RCVLOWAT`` of one stream's socket (see the module's
+    docstring).
+
+    :arg sock: the socket, or None (no marks).
+    :arg enabled: marks may be set (False: the heuristic off; also where
+        `lowat_applies` says no or `ENV_VAR` turns the marks off).
+    """
+
+    __slots__ = ("sock", "ok", "mark")
+
+    def __init__(self, sock: Any, enabled: bool = True) -> None:
+        #: The socket the marks are set on, or None.
+        self.sock = sock
+        #: Marks may be set (False after a ``setsockopt`` failed).
+        self.ok = enabled and ENABLED and lowat_applies(sock)
+        #: The mark set last (1: the kernel's default).
+        self.mark = 1
+
+    def wait(self, missing: int) -> bool:
+        """A read parks missing ``missing`` bytes of its own buffer, bytes
+        it is sure to need: set the mark for it (``missing``, at most
+        `RCVLOWAT_NBYTES`, from `RCVLOWAT_MIN_MISSING` missing bytes; else
+        1).  The mark never exceeds what the read needs, so a peer that sends
+        the message always reaches it.  True when a mark above 1 is set, so
+        that nothing should spin for the bytes.  Costs a ``setsockopt`` when
+        the mark changes: two or three per large read; none when marks are
+        off."""
+        if not self.ok:
+            return False
+        want = min(missing, RCVLOWAT_NBYTES) if missing >= RCVLOWAT_MIN_MISSING else 1
+        if want != self.mark:
+            self._set(want)
+        return self.mark != 1
+
+    def reset(self) -> None:
+        """A read completed: the next one wakes on any byte again."""
+        if self.mark != 1:
+            self._set(1)
+
+    def _set(self, nbytes: int) -> None:
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
+        except OSError:
+            # (a mark above 1 that failed left the socket at 1; a reset to 1
+            # that failed cannot be retried any better)
+            self.ok = False
+            nbytes = 1
+        self.mark = nbytes
+
+    def unreported_nbytes(self) -> int:
+        """Bytes that have arrived on the socket but cannot wake the loop
+        yet because a mark is set: the kernel's count (``FIONREAD``, one
+        ``ioctl``), or 0 when no mark is set (no syscall)."""
+        if self.mark == 1 or self.sock is None:
+            return 0
+        try:
+            return _queued_nbytes(self.sock.fileno())
+        except OSError:
+            return 0
+
+    def off(self) -> None:
+        """The socket is no longer this stream's: never touch it again."""
+        self.ok = False
+        self.sock = None
+        self.mark = 1
+
+
+# -- the policy ----------------------------------------------------------
 
 #: The most bytes of replies a stream holds back while more input is
 #: already read ahead (see `StreamCore.writelines`): one coalescing chunk of
@@ -170,7 +435,7 @@ class StreamPolicy:
 
     def confirmed(self) -> None:
         """A send reached the socket: it is still watched (see
-        `tornado_readinto.core._emptyproof`)."""
+        `EmptyProof`)."""
         self.proof.unconfirmed = False
 
     # -- the read's Future ---------------------------------------------------------

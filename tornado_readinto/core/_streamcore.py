@@ -49,9 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from ..errors import StreamBufferFullError, UnsatisfiableReadError
-from ._emptyproof import DRAINED_VALID_S
-from ._lowat import RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES
-from ._policy import CORK_MAX_NBYTES, StreamPolicy
+from ._policy import CORK_MAX_NBYTES, DRAINED_VALID_S, RCVLOWAT_MIN_MISSING, RCVLOWAT_NBYTES, StreamPolicy
 from ._readcore import (
     DEFAULT_MAX_BUFFER_SIZE,
     DEFAULT_READ_CHUNK_SIZE,

@@ -185,7 +185,7 @@ class ReadIntoIOStream(IOStream):
     _tls_record_nbytes = 0
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
-    # How long a receive proves the socket empty (0: never; see _emptyproof).
+    # How long a receive proves the socket empty (0: never; see _policy.EmptyProof).
     _empty_proof_s = DRAINED_VALID_S
     # Only for instances made without __init__ (read_from_fd's fallback).
     _core: FaceCore = None  # type: ignore[assignment]
