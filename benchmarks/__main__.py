@@ -19,7 +19,7 @@ SUITES = {
     "echo": "benchmarks.echo",
     "load": "benchmarks.load",
     "http": "benchmarks.http",
-    "dask": "benchmarks.dask",
+    "dask": "benchmarks.dask_netpath",  # (the dask suite, with --netpath)
     "dask_profile": "benchmarks.dask_profile",
     "check": "benchmarks.check",
     "idle": "benchmarks.idle",

@@ -692,17 +692,16 @@ def open_side(
 ) -> Iterator[Side]:
     """``protocol``'s cluster and client: a ``LocalCluster`` (or, for a mixed
     side, `open_mixed_side`'s ``SpecCluster``) with the scheduler in this
-    process; or, in the ``--netpath`` driver, which sets ``args.path`` (a
-    `netpath.NetPath`), separate processes across that path (`dask_netpath.open_side`)."""
+    process; or, in a ``--netpath`` driver, what it sets as ``args.remote_side``:
+    ``(protocol, args)`` -> a side whose processes run across its path
+    (`benchmarks.dask_netpath.open_side`, which imports this module)."""
     from distributed import Client, LocalCluster
 
-    path = getattr(args, "path", None)
-    if path is not None:
-        from benchmarks import dask_netpath
-
+    remote_side = getattr(args, "remote_side", None)
+    if remote_side is not None:
         shape = (security, n_workers, threads_per_worker, cluster_kwargs)
         check(shape == (None, 2, 1, {}), f"a --netpath side is two one-thread workers on tcp, not {shape}")
-        with dask_netpath.open_side(protocol, args, path) as side:
+        with remote_side(protocol, args) as side:
             yield side
         return
     kwargs: dict[str, Any] = {"security": security} if security is not None else {}
@@ -1024,16 +1023,6 @@ def _user_cpu_cell(results: Sequence[DaskResult], r: DaskResult) -> str:
 # -- the suite ------------------------------------------------------------------------------------
 
 
-def _run(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
-    """Every pair's workloads: across each ``--netpath`` path, by a driver
-    process there (`dask_netpath.run_paths`), or else in this process (`run_clusters`)."""
-    if args.netpath is not None:
-        from benchmarks import dask_netpath
-
-        return dask_netpath.run_paths(args, progress)
-    return run_clusters(args, progress)
-
-
 def run_clusters(args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
     """Every pair's workloads: the shared clusters first, then the fresh ones of each
     `FRESH_CLUSTER_WORKLOADS` workload."""
@@ -1308,7 +1297,19 @@ class DaskSuite(h.TableSuite[str, DaskResult]):
         # P2P logs every shuffle's start and end at WARNING from the scheduler (in
         # this process): one pair per rechunk/shuffle repetition, not news.
         logging.getLogger("distributed.shuffle._scheduler_plugin").setLevel(logging.ERROR)
-        return _run(args, _progress)
+        if args.netpath is not None:
+            return self.run_paths(args, _progress)
+        return run_clusters(args, _progress)
+
+    def run_paths(self, args: argparse.Namespace, progress: Callable[[str], None]) -> list[DaskResult]:
+        """``--netpath``: every pair's workloads across each path, by a driver
+        process there.  `benchmarks.dask_netpath`'s suite does it (the one
+        ``python -m benchmarks dask`` and ``python -m benchmarks.dask`` run);
+        this module, below it, cannot.
+
+        :raises CaseFailed: always.
+        """
+        raise h.CaseFailed("--netpath runs from benchmarks.dask_netpath.SUITE (python -m benchmarks dask)")
 
     def legend(self, nrepeats: int) -> str:
         repeats = f"{nrepeats} repeats" if nrepeats else "the repeats"
@@ -1429,4 +1430,8 @@ SUITE = DaskSuite()
 
 
 if __name__ == "__main__":
-    sys.exit(SUITE.main())
+    # The suite with --netpath (benchmarks.dask_netpath imports this module;
+    # this module imports it only when run as a command).
+    from benchmarks.dask_netpath import SUITE as _SUITE
+
+    sys.exit(_SUITE.main())

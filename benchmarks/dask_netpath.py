@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -163,10 +164,12 @@ def _kill_group(leader: subprocess.Popen[bytes]) -> None:
 
 def drive(argv: Sequence[str]) -> int:
     """The driver: ``ARGS`` (a pickle of the run's arguments, with the open
-    `netpath.NetPath` as ``path``) in, the results pickled to ``RESULTS``."""
+    `netpath.NetPath` as ``path``) in, the results pickled to ``RESULTS``.
+    Its sides open across the path (``args.remote_side``: `open_side`)."""
     args_file, results_file = argv
     with open(args_file, "rb") as f:
         args = pickle.load(f)
+    args.remote_side = functools.partial(open_side, path=args.path)
     name = args.path.spec.name
     results = bench.run_clusters(args, lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True))
     with open(results_file, "wb") as f:
@@ -304,6 +307,18 @@ def _check_switched(client: Any, roles: set[str], addresses: dict[str, str]) -> 
         states[role] = {worker["switched"], worker.get("listener_switched", False)}
     expected = {role: {role in roles} for role in states}
     check(states == expected, f"switched should be {expected}, is {states}: {report}")
+
+
+class NetpathDaskSuite(bench.DaskSuite):
+    """The dask suite with ``--netpath``: `run_paths` across each path."""
+
+    def run_paths(self, args: argparse.Namespace, progress: Callable[[str], None]) -> list[bench.DaskResult]:
+        return run_paths(args, progress)
+
+
+#: The dask suite that ``python -m benchmarks dask`` and ``python -m
+#: benchmarks.dask`` run.
+SUITE = NetpathDaskSuite()
 
 
 if __name__ == "__main__":

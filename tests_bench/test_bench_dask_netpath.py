@@ -25,7 +25,8 @@ pytest.importorskip("distributed")
 
 from benchmarks import dask as bench  # noqa: E402
 from benchmarks import dask_netpath  # noqa: E402
-from benchmarks.dask import SUITE, DaskResult  # noqa: E402
+from benchmarks.dask import DaskResult  # noqa: E402
+from benchmarks.dask_netpath import SUITE  # noqa: E402  (the dask suite with --netpath)
 from benchmarks.harness import netpath  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -56,7 +56,7 @@ _EXPORTS = {
     "installed": "face.installation",
 }
 
-__all__ = sorted(_EXPORTS) + ["COMPILED", "__version__"]
+__all__ = sorted(_EXPORTS) + ["COMPILED", "__version__", "why_pure"]
 
 #: The modules that have a compiled build, below the package: ``setup.py``
 #: reads this list (the only one) and compiles the same ``.py``, typed by the
@@ -130,6 +130,34 @@ def _compiled() -> bool:
     except ImportError:
         return False
     return True
+
+
+def why_pure() -> str | None:
+    """Why the pure build runs, in words, or None when the compiled core runs:
+    ``TORNADO_READINTO_NO_EXTENSIONS`` was set, the extension modules are not
+    installed (no C compiler, or Cython, when the package was built), or one
+    failed to import (the message says which, and why).
+
+    .. versionadded:: 0.1
+    """
+    if NO_EXTENSIONS:
+        return "TORNADO_READINTO_NO_EXTENSIONS is set"
+    missing = []
+    for name in _COMPILED_MODULES:
+        module = importlib.import_module(f".{name}", __name__)
+        if not isinstance(module.__spec__.loader, importlib.machinery.ExtensionFileLoader):  # type: ignore[union-attr]
+            missing.append(name)
+    if missing:
+        return (
+            f"{len(missing)} of the {len(_COMPILED_MODULES)} compiled modules are not installed (e.g. {missing[0]}):"
+            " the package was built without a C compiler or Cython"
+        )
+    for name in _NATIVE_MODULES:
+        try:
+            importlib.import_module(f".{name}", __name__)
+        except ImportError as exc:
+            return f"{name} failed to import: {exc}"
+    return None
 
 
 if TYPE_CHECKING:  # pragma: no cover

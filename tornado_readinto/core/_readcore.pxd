@@ -57,7 +57,7 @@ cdef class ReadCore:
     cdef FrameReader _reader                  # read_message's reader (a _ForeignReader for any other
                                               # MessageReader), or None: its calls are C calls
     cdef readonly object _lent                # the view get_buffer handed out last, or None
-    cdef bint _direct                         # ...and whether it is the pending read's own buffer
+    cdef readonly bint lent_in_place          # ...and whether it is the pending read's own buffer
 
     # Starting reads: the result, or PENDING.  Sizes and offsets are C
     # integers (@cython.locals) on the per-message paths.

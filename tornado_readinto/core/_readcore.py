@@ -212,7 +212,7 @@ class ReadAheadPool:
     are kept; the rest are freed.  Thread-safe where the GIL is held: each
     take and give is one list operation.
 
-    .. versionadded:: 0.3
+    .. versionadded:: 0.1
     """
 
     __slots__ = ("buffer_nbytes", "max_buffers", "misses", "_free")
@@ -289,7 +289,7 @@ class ReadOptions:
     settings change gets another (`read_options`), and cores made with the
     same settings share one.
 
-    .. versionadded:: 0.4
+    .. versionadded:: 0.1
     """
 
     __slots__ = ("read_chunk_size", "max_buffer_size", "direct_min_nbytes", "pool")
@@ -373,7 +373,7 @@ class ReadCore:
         has them received straight into its own buffer; a smaller remainder
         goes through the read-ahead buffer.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     __slots__ = (
@@ -392,7 +392,7 @@ class ReadCore:
         "_scanned",
         "_reader",
         "_lent",
-        "_direct",
+        "lent_in_place",
     )
 
     def __init__(
@@ -426,9 +426,12 @@ class ReadCore:
         # FrameReader is held as a _ForeignReader).
         self._reader: FrameReader | None = None
         # The view handed out by the last get_buffer (released by the next
-        # call), and whether it is the pending read's own buffer.
+        # call).
         self._lent: memoryview | None = None
-        self._direct = False
+        #: Whether the view the last `get_buffer` handed out is the pending
+        #: read's own buffer (a ``read_into`` target, a reader's frame): the
+        #: bytes received into it are received in place, never copied.
+        self.lent_in_place = False
 
     # -- settings ----------------------------------------------------------------
 
@@ -699,7 +702,7 @@ class ReadCore:
             if self._nbytes - self._filled >= options.direct_min_nbytes:
                 view = self._target[self._filled :]  # type: ignore[index]
                 self._lent = view
-                self._direct = True
+                self.lent_in_place = True
                 return view
         elif mode == _MESSAGE:
             assert self._reader is not None
@@ -709,7 +712,7 @@ class ReadCore:
                 view = self._reader.get_buffer()
                 if len(view) >= options.direct_min_nbytes:
                     self._lent = view
-                    self._direct = True
+                    self.lent_in_place = True
                     return view
                 view.release()
         size = self.buffered_nbytes
@@ -717,7 +720,7 @@ class ReadCore:
             # Read ahead, but never past read_chunk_size bytes.
             room = options.read_chunk_size - size
             if room <= 0:
-                self._direct = False
+                self.lent_in_place = False
                 return _NO_ROOM
             self._reserve(options.read_chunk_size // 2)
             ra = self._ra
@@ -744,7 +747,7 @@ class ReadCore:
             end = self._start + size
             view = self._ra_view if end == 0 else self._ra_view[end:]
         self._lent = view
-        self._direct = False
+        self.lent_in_place = False
         return view
 
     def buffer_updated(self, nbytes: int, more: bool = False) -> Any:
@@ -773,7 +776,7 @@ class ReadCore:
             handed = 0 if lent is None else len(lent)
             raise ValueError(f"buffer_updated({nbytes}) but the last get_buffer() handed out {handed} bytes")
         self._lent = None  # as _drop_lent, inline (once per receive)
-        if self._direct or lent is not self._ra_view:
+        if self.lent_in_place or lent is not self._ra_view:
             try:
                 lent.release()
             except BufferError:
@@ -783,7 +786,7 @@ class ReadCore:
         # from its pool (the compiled build's test counts references).
         lent = None
         mode = self._mode
-        if mode == _INTO and not self._direct and nbytes:
+        if mode == _INTO and not self.lent_in_place and nbytes:
             # A small read_into (a header) completed from the read-ahead
             # buffer, the common case: copy its missing bytes out.
             size = self.buffered_nbytes + nbytes
@@ -800,7 +803,7 @@ class ReadCore:
                 if size == missing:
                     self._release_read_ahead()  # nothing left read ahead
                 return self._finish_into()
-        if self._direct:
+        if self.lent_in_place:
             if mode == _INTO:
                 filled = self._filled + nbytes
                 self._filled = filled
@@ -953,7 +956,7 @@ class ReadCore:
         lent = self._lent
         assert lent is not None
         self._lent = None
-        if self._direct or lent is not self._ra_view:
+        if self.lent_in_place or lent is not self._ra_view:
             try:
                 lent.release()
             except BufferError:
@@ -1118,7 +1121,7 @@ class ReadCore:
         sure to need, ``left`` if that view was its own buffer's rest (a
         ``read_into`` that is not partial, a `FrameReader`'s frame), else 0
         (another reader's buffer may be larger than its message)."""
-        if self._direct and (not self._partial if self._mode == _INTO else type(self._reader) is FrameReader):
+        if self.lent_in_place and (not self._partial if self._mode == _INTO else type(self._reader) is FrameReader):
             return left
         return 0
 

@@ -63,6 +63,13 @@ cpdef Py_ssize_t _buffer_nbytes(object data) except -1
 cpdef Py_ssize_t _total_nbytes(object buffers) except -1
 
 
+@cython.final
+cdef class ReceiveCounts:
+    cdef public Py_ssize_t nbytes             # bytes received
+    cdef public Py_ssize_t calls              # recv calls made (EAGAIN ones too)
+    cdef public Py_ssize_t nbytes_in_place    # of nbytes, those received straight into a read's own buffer
+
+
 cdef class StreamCore:
     # -- the parts (readonly: settled in __init__; typed, so their calls are C calls) --
     cdef readonly ReadCore reads              # the read-ahead bytes and the pending read
@@ -74,7 +81,7 @@ cdef class StreamCore:
     cdef readonly Py_ssize_t tls_record_nbytes  # TLS: a receive shorter than this and asked drained it; else 0
     cdef public bint closed                   # the stream closed: no receive, no send
     # -- the receive --
-    cdef public Py_ssize_t nbytes_received
+    cdef readonly ReceiveCounts counts        # what the receives did (for statistics and metrics)
     cdef public Py_ssize_t wait_nbytes        # bytes the pending read surely needs after the last receive
     # -- the write queue and the cork --
     cdef public ChunkedWriteBuffer write_buffer   # typed: its append/peek_buffers/advance are C calls

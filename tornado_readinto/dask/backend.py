@@ -60,6 +60,7 @@ from ..face.iostream import ReadIntoIOStream
 from ..face.tcpserver import DEFAULT_TLS_HANDSHAKE_TIMEOUT, HandshakingTCPServer
 from ..wire.addressing import parse_host_port, sockaddr_to_address, unparse_host_port
 from ..wire.allocators import recycling_allocator
+from .metrics import COMM_METRICS, CommFigures
 from .switchinterval import apply_switch_interval, parse_switch_interval
 
 __all__ = [
@@ -92,6 +93,19 @@ SHARD_CONFIG: Final = "distributed.comm.shard"
 #: is made or a listener starts; worker processes get it like any dask config
 #: (``DASK_DISTRIBUTED__COMM__READINTO__BUSY_POLL=0`` in the environment).
 BUSY_POLL_CONFIG: Final = "distributed.comm.readinto.busy-poll"
+
+#: dask config keys of the frame limits of each comm's reads (see
+#: `tornado_readinto.wire.framing.FrameLimits`): the most frames of a
+#: message, the largest frame and the largest message, in bytes (``"1GiB"``
+#: or an int).  Unset: the package's defaults (2**20 frames, 64 GiB, 64 GiB).
+#: A message over one fails the read (the comm is aborted), is counted in
+#: the process's refused messages (`tornado_readinto.dask.metrics`), and
+#: nothing is allocated for it.  Read when a comm is made.
+LIMIT_CONFIGS: Final = {
+    "max_frames": "distributed.comm.readinto.max-frames",
+    "max_frame_nbytes": "distributed.comm.readinto.max-frame-size",
+    "max_message_nbytes": "distributed.comm.readinto.max-message-size",
+}
 
 
 #: dask config key of the interpreter's switch interval in processes that
@@ -154,6 +168,27 @@ _TLS_MAX_SHARD = (1 << 31) - 1  # bytes
 def _shard_nbytes(tls: bool) -> int:
     nbytes = int(parse_bytes(dask.config.get(SHARD_CONFIG)))
     return min(_TLS_MAX_SHARD, nbytes) if tls else nbytes
+
+
+def frame_limits() -> dict[str, int]:
+    """The frame limits that dask config sets (`LIMIT_CONFIGS`), as
+    `FramedStream` arguments; the unset ones are left out.
+
+    :raises ValueError: a value that is not a size >= 0.
+    """
+    limits = {}
+    for name, key in LIMIT_CONFIGS.items():
+        value = dask.config.get(key, None)
+        if value is None:
+            continue
+        try:
+            nbytes = int(value) if name == "max_frames" else int(parse_bytes(value))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{key} must be a size >= 0, got {value!r}") from exc
+        if nbytes < 0:
+            raise ValueError(f"{key} must be a size >= 0, got {value!r}")
+        limits[name] = nbytes
+    return limits
 
 
 def convert_stream_closed_error(obj: Any, exc: BaseException) -> NoReturn:
@@ -224,7 +259,7 @@ class ReadIntoComm(FramedChannel, Comm):
         #: the ``frame_split_size`` of each write.  Named as on tcp.py's comm,
         #: where code written for it sets it per comm.
         self.max_shard_size = _shard_nbytes(self._tls)
-        self._framed = FramedStream(stream, allocator=recycling_allocator, nosplit_prefix=True)
+        self._framed = FramedStream(stream, allocator=recycling_allocator, nosplit_prefix=True, **frame_limits())
         self._extra: dict[str, Any] = {}
         if stream.socket is not None and stream.socket.family in (socket.AF_INET, socket.AF_INET6):
             stream.set_nodelay(True)
@@ -232,6 +267,9 @@ class ReadIntoComm(FramedChannel, Comm):
         self._read_extra()
         self._finalizer = weakref.finalize(self, _close_dangling, stream, repr(self))
         self._finalizer.atexit = False
+        #: This comm's messages and bytes (`tornado_readinto.dask.metrics`).
+        self.figures = CommFigures(stream)
+        COMM_METRICS.comm_opened(self, self.figures)
 
     def _read_extra(self) -> None:
         pass
@@ -267,7 +305,9 @@ class ReadIntoComm(FramedChannel, Comm):
         try:
             frames = await self._framed.read_frames()
         except BaseException as exc:
+            COMM_METRICS.message_refused(exc)
             self._fail(exc, "read")
+        self.figures.messages_received += 1
         try:
             return await from_frames(
                 frames,
@@ -303,9 +343,11 @@ class ReadIntoComm(FramedChannel, Comm):
             frame_split_size=self.max_shard_size,
         )
         try:
-            return await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
+            nbytes = await self._framed.send_frames(frames, high_water_nbytes=WRITE_HIGH_WATER_NBYTES)
         except BaseException as exc:
             self._fail(exc, "write")
+        self.figures.messages_sent += 1
+        return nbytes
 
     def close(self) -> Awaitable[None]:  # type: ignore[override]
         """Send what is still queued, then close (idempotent).
@@ -322,9 +364,15 @@ class ReadIntoComm(FramedChannel, Comm):
         flushing = self._begin_close()
         return _ALREADY_DONE if flushing is None else asyncio.ensure_future(flushing)
 
+    def abort(self) -> None:
+        """Close at once, dropping what is still queued.  Idempotent."""
+        super().abort()
+        COMM_METRICS.comm_closed(self.figures)
+
     def _release(self) -> None:
         self._finalizer.detach()
         self._stream.close()
+        COMM_METRICS.comm_closed(self.figures)
 
     def _closed_error(self, exc: BaseException, doing: str) -> BaseException | None:
         # What FramedChannel._fail raises: CommClosedError for a broken

@@ -178,6 +178,12 @@ def status(server=None):
         "build": None if tornado_readinto is None else ("compiled" if tornado_readinto.COMPILED else "pure"),
         "version": getattr(tornado_readinto, "__version__", None),
     }
+    try:
+        from tornado_readinto.dask.metrics import snapshot
+    except ImportError:
+        result["counters"] = None
+    else:
+        result["counters"] = snapshot()
     if server is not None:
         result["address"] = getattr(server, "address", None)
     listeners = getattr(server, "listeners", None)
@@ -198,8 +204,11 @@ _probe: dict[str, Any] = {"__name__": "tornado_readinto_probe"}
 exec(compile(_PROBE_SOURCE, "<tornado_readinto.dask.switch probe>", "exec"), _probe)
 
 #: This process's comms: ``{"switched": bool, "tcp": class, "tls": class,
-#: "build": "compiled" | "pure" | None, "version": str | None}``, plus
-#: ``address``, ``listener`` and ``listener_switched`` when given a server.
+#: "build": "compiled" | "pure" | None, "version": str | None, "counters":
+#: dict | None}``, plus ``address``, ``listener`` and ``listener_switched``
+#: when given a server.  ``counters`` is what the process's switched comms
+#: have done (`tornado_readinto.dask.metrics.snapshot`), None without the
+#: package.
 status = _probe["status"]
 
 
@@ -212,7 +221,8 @@ def verify(client: Any, *, strict: bool = False) -> dict[str, Any]:
          "stock": ["scheduler tls://10.0.0.5:8786", "nanny tcp://10.0.0.7:40321", ...]}
 
     Each entry is `status` of that process (with its listener's class and
-    its address for the scheduler, workers and nannies; ``nannies`` is empty
+    its address for the scheduler, workers and nannies, and its comms'
+    counters, `tornado_readinto.dask.metrics.snapshot`; ``nannies`` is empty
     without Nannies).  ``stock`` names every process that is not switched
     (``"client"``, ``"scheduler <address>"``, ``"worker <address>"``,
     ``"nanny <address>"``): its ``switched`` is False, or its listener is
@@ -225,9 +235,6 @@ def verify(client: Any, *, strict: bool = False) -> dict[str, Any]:
     :arg strict: raise instead of returning a report whose ``stock`` is not
         empty.
     :raises NotSwitchedError: with ``strict``, naming the stock processes.
-
-    .. versionchanged:: 0.1
-       The ``stock`` list and ``strict``.
     """
     from ..errors import NotSwitchedError
 

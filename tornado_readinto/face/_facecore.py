@@ -183,7 +183,7 @@ class FaceCalls:
     own: a method replaced on one stream instance after it was made is not
     seen here.  Read-only once made.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     __slots__ = (
@@ -247,7 +247,7 @@ class FaceCore:
     Its options (`face`, `loop`, `io`, `calls`, `drops_on_error`) are
     settled in ``__init__``; the compiled build makes them read-only.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     __slots__ = (

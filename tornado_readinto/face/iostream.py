@@ -416,7 +416,35 @@ class ReadIntoIOStream(IOStream):
     @property
     def nbytes_received(self) -> int:
         """Bytes received so far (for statistics)."""
-        return self._core.io.nbytes_received
+        return self._core.io.counts.nbytes
+
+    @property
+    def receive_calls(self) -> int:
+        """Receive calls made so far, those that found nothing included (for
+        statistics: `nbytes_received` per call).
+
+        .. versionadded:: 0.1
+        """
+        return self._core.io.counts.calls
+
+    @property
+    def nbytes_received_in_place(self) -> int:
+        """Of `nbytes_received`, the bytes the kernel wrote straight into a
+        read's own buffer (a `read_into` target, a frame of `read_message`):
+        the copies avoided (for statistics).
+
+        .. versionadded:: 0.1
+        """
+        return self._core.io.counts.nbytes_in_place
+
+    @property
+    def nbytes_sent(self) -> int:
+        """Bytes sent so far (for statistics; Tornado's
+        ``_total_write_done_index``).
+
+        .. versionadded:: 0.1
+        """
+        return self._core.io.done_index
 
     @property
     def nbytes_arrived(self) -> int:
@@ -426,7 +454,7 @@ class ReadIntoIOStream(IOStream):
         mark is reached.  Costs one ``ioctl`` while a mark is set, else
         nothing."""
         core = self._core
-        return core.io.nbytes_received + core.policy.lowat.unreported_nbytes()  # type: ignore[no-any-return]
+        return core.io.counts.nbytes + core.policy.lowat.unreported_nbytes()  # type: ignore[no-any-return]
 
     # Tornado's per-message state: plain attributes of BaseIOStream, kept in
     # the core's C fields (Tornado's own methods read and write them here).

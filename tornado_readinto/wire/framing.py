@@ -353,7 +353,7 @@ class FrameLimits:
     :raises ValueError: for a negative limit.
     :raises TypeError: for a limit that is not an int.
 
-    .. versionadded:: 0.4
+    .. versionadded:: 0.1
     """
 
     __slots__ = ("max_frames", "max_frame_nbytes", "max_message_nbytes")
