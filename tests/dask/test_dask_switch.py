@@ -49,6 +49,22 @@ BUILD = "compiled" if tornado_readinto.COMPILED else "pure"
 NO_SWITCH = {"DASK_" + "__".join(p.upper() for p in key.split(".")): "[]" for key in PRELOAD_KEYS}
 
 
+def start_stock_worker(joining: CLICluster, client: Client, scheduler_address: str, *, nworkers: int) -> None:
+    """Start a stock ``dask worker`` (no preload, its dashboard on a free
+    port) in ``joining`` and wait until ``client`` sees ``nworkers``."""
+    joining.start(
+        "stock-worker",
+        dask_cli("worker")
+        + [scheduler_address, "--nthreads", "1", "--host", "127.0.0.1"]
+        + ["--dashboard-address", "127.0.0.1:0", "--death-timeout", "60s"],
+        _env(NO_SWITCH),
+    )
+    try:
+        client.wait_for_workers(nworkers, timeout=START_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise AssertionError(f"the stock worker did not join\n{joining.log_tail()}") from exc
+
+
 @pytest.fixture(autouse=True)
 def stock_here():
     """This process starts and ends each test with distributed's own backends."""
@@ -301,17 +317,7 @@ def test_verify_names_the_stock_worker_of_a_switched_local_cluster(tmp_path: Pat
         assert verify(client, strict=True)["stock"] == []
         joining = CLICluster(tmp_path, tmp_path / "scheduler.json")
         try:
-            joining.start(
-                "stock-worker",
-                dask_cli("worker")
-                + [cluster.scheduler_address, "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"]
-                + ["--dashboard-address", "127.0.0.1:0", "--death-timeout", "60s"],
-                _env(NO_SWITCH),
-            )
-            try:
-                client.wait_for_workers(2, timeout=START_TIMEOUT_S)
-            except TimeoutError as exc:
-                raise AssertionError(f"the stock worker did not join\n{joining.log_tail()}") from exc
+            start_stock_worker(joining, client, cluster.scheduler_address, nworkers=2)
             report = verify(client)
             (stock_worker,) = [address for address, entry in report["workers"].items() if not entry["switched"]]
             nanny = client.scheduler_info()["workers"][stock_worker]["nanny"]

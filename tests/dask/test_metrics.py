@@ -28,8 +28,8 @@ from tornado_readinto.dask.switch import verify
 from tornado_readinto.errors import FrameTooLargeError, FramingError
 from tornado_readinto.face.iostream import ReadIntoIOStream
 
-from .test_dask_deploy import START_TIMEOUT_S, CLICluster, _env, dask_cli
-from .test_dask_switch import NO_SWITCH
+from .test_dask_deploy import CLICluster
+from .test_dask_switch import start_stock_worker
 
 BUILD = "compiled" if tornado_readinto.COMPILED else "pure"
 
@@ -132,17 +132,7 @@ def test_a_switched_cluster_shows_its_comms_on_metrics_and_a_stock_process_does_
 
         joining = CLICluster(tmp_path, tmp_path / "scheduler.json")
         try:
-            joining.start(
-                "stock-worker",
-                dask_cli("worker")
-                + [cluster.scheduler_address, "--nthreads", "1", "--host", "127.0.0.1"]
-                + ["--dashboard-address", "127.0.0.1:0", "--death-timeout", "60s"],
-                _env(NO_SWITCH),
-            )
-            try:
-                client.wait_for_workers(3, timeout=START_TIMEOUT_S)
-            except TimeoutError as exc:
-                raise AssertionError(f"the stock worker did not join\n{joining.log_tail()}") from exc
+            start_stock_worker(joining, client, cluster.scheduler_address, nworkers=3)
             (stock,) = set(client.scheduler_info()["workers"]) - {a, b}
             assert scrape(client.run(http_port, workers=[stock])[stock]) == {}
         finally:
