@@ -10,6 +10,7 @@ time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import hashlib
 import json
@@ -395,6 +396,13 @@ def test_http_body_truncated_by_the_client_closes_cleanly(reads, caplog, path):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(_head("PUT" if path == "/streamed" else "POST", path, nbytes))
             sock.sendall(_pattern(sent))
+            sock.shutdown(socket.SHUT_WR)
+            # Until the server closes: it has then taken the connection (a
+            # connection still in the listen backlog is not yet among the
+            # server's, and wait_no_connections would not wait for it).
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(65536):
+                    pass
 
     async def main():
         closed = asyncio.Event()
