@@ -117,21 +117,6 @@ if NO_EXTENSIONS and _PureSourceFinder not in sys.meta_path:
     sys.meta_path.insert(0, _PureSourceFinder)  # type: ignore[arg-type]
 
 
-def _compiled() -> bool:
-    """Whether the compiled core runs: every module of `_COMPILED_MODULES`
-    was loaded from an extension module, and every module of
-    `_NATIVE_MODULES` imports."""
-    modules = [importlib.import_module(f".{name}", __name__) for name in _COMPILED_MODULES]
-    if not all(isinstance(module.__spec__.loader, importlib.machinery.ExtensionFileLoader) for module in modules):  # type: ignore[union-attr]
-        return False
-    try:
-        for name in _NATIVE_MODULES:
-            importlib.import_module(f".{name}", __name__)
-    except ImportError:
-        return False
-    return True
-
-
 def why_pure() -> str | None:
     """Why the pure build runs, in words, or None when the compiled core runs:
     ``TORNADO_READINTO_NO_EXTENSIONS`` was set, the extension modules are not
@@ -158,6 +143,13 @@ def why_pure() -> str | None:
         except ImportError as exc:
             return f"{name} failed to import: {exc}"
     return None
+
+
+def _compiled() -> bool:
+    """Whether the compiled core runs: every module of `_COMPILED_MODULES`
+    was loaded from an extension module, and every module of
+    `_NATIVE_MODULES` imports (`why_pure` finds no reason)."""
+    return why_pure() is None
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -50,17 +50,13 @@ def dask_switch() -> dict[str, Any] | None:
     process: the preloads configured for it and whether the switch's is
     among them; None without distributed."""
     try:
-        import dask
-
         from .dask import switch
     except ImportError:
         return None
     kinds = {}
     for key in switch.PRELOAD_KEYS:
-        kind = key.split(".")[1]
-        value = dask.config.get(key, [])
-        preloads = [value] if isinstance(value, str) else list(value or [])
-        kinds[kind] = {"preloads": preloads, "switched": switch.PRELOAD in preloads}
+        preloads = switch.configured_preloads(key)
+        kinds[key.split(".")[1]] = {"preloads": preloads, "switched": switch.PRELOAD in preloads}
     return {"kinds": kinds, "all": all(kind["switched"] for kind in kinds.values())}
 
 

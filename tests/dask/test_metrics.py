@@ -9,6 +9,8 @@ worker`` joining it.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import re
 import socket
 import struct
@@ -183,6 +185,45 @@ def test_a_comm_counts_its_messages_and_bytes_and_folds_them_in_when_it_closes()
     assert after["comms_open"] == before["comms_open"]
     for name in FIGURES:
         assert after[name] >= during[name], name  # nothing lost when the comms closed
+
+
+def test_a_comm_dropped_unclosed_leaves_the_open_comms_with_its_figures(caplog: pytest.LogCaptureFixture) -> None:
+    """A comm nobody closes is counted open until it is garbage; its figures
+    then join the closed comms' totals (and its stream is closed)."""
+    from distributed.comm.core import connect, listen
+
+    before = snapshot()
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any], ReadIntoIOStream]:
+        dask_switch.install_backends()
+        served: list[Any] = []
+
+        async def echo(comm: Any) -> None:
+            served.append(comm)
+            await comm.write(await comm.read())
+
+        listener = await listen("tcp://127.0.0.1:0", echo)
+        comm = await connect(listener.contact_address)
+        await comm.write({"x": b"y" * 1000})
+        await comm.read()
+        stream = comm.figures.stream
+        during = snapshot()
+        del comm  # dropped, never closed
+        gc.collect()
+        dropped = snapshot()
+        listener.stop()
+        for other in served:
+            other.abort()
+        return during, dropped, stream
+
+    with caplog.at_level(logging.WARNING):
+        during, dropped, stream = asyncio.run(main())
+    assert during["comms_open"] - before["comms_open"] == 2
+    assert dropped["comms_open"] - before["comms_open"] == 1  # the served one is still open
+    assert stream.closed()
+    assert any("closing dangling stream" in r.getMessage() for r in caplog.records)
+    for name in FIGURES:
+        assert dropped[name] >= during[name], name  # the dropped comm's figures stay in the totals
 
 
 def test_refused_messages_are_counted_by_reason() -> None:

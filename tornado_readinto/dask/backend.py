@@ -228,10 +228,13 @@ def _set_tcp_keepalive(sock: socket.socket) -> None:
     set_tcp_keepalive(sock, timeout_s, like_distributed=True)
 
 
-def _close_dangling(stream: ReadIntoIOStream, description: str) -> None:
+def _close_dangling(stream: ReadIntoIOStream, description: str, figures: CommFigures) -> None:
+    """A comm is garbage without having released its stream: close the
+    stream, and fold the comm's figures into the closed comms' totals."""
     if not stream.closed():
         logger.warning("closing dangling stream in %s", description)
         stream.close()
+    COMM_METRICS.comm_closed(figures)
 
 
 class ReadIntoComm(FramedChannel, Comm):
@@ -265,11 +268,11 @@ class ReadIntoComm(FramedChannel, Comm):
             stream.set_nodelay(True)
             _set_tcp_keepalive(stream.socket)
         self._read_extra()
-        self._finalizer = weakref.finalize(self, _close_dangling, stream, repr(self))
-        self._finalizer.atexit = False
         #: This comm's messages and bytes (`tornado_readinto.dask.metrics`).
         self.figures = CommFigures(stream)
-        COMM_METRICS.comm_opened(self, self.figures)
+        COMM_METRICS.comm_opened(self.figures)
+        self._finalizer = weakref.finalize(self, _close_dangling, stream, repr(self), self.figures)
+        self._finalizer.atexit = False
 
     def _read_extra(self) -> None:
         pass

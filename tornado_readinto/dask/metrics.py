@@ -16,7 +16,6 @@ thread (a scrape) reads integers.
 
 from __future__ import annotations
 
-import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -81,13 +80,12 @@ class CommMetrics:
         # FIGURES summed over the comms that have closed.
         self._closed: dict[str, int] = dict.fromkeys(FIGURES, 0)
 
-    def comm_opened(self, comm: object, figures: CommFigures) -> None:
-        """``comm`` was made, with ``figures``: counted among the open comms
-        until `comm_closed`, or until ``comm`` is garbage (a comm dropped
-        without a close).  O(1)."""
+    def comm_opened(self, figures: CommFigures) -> None:
+        """A comm was made, with ``figures``: counted among the open comms
+        until `comm_closed`, which the comm calls when it closes or, from its
+        finalizer, when it is garbage unclosed.  O(1)."""
         self.opened += 1
         self._open.add(figures)
-        weakref.finalize(comm, self.comm_closed, figures).atexit = False
 
     def comm_closed(self, figures: CommFigures) -> None:
         """The comm of ``figures`` closed: they join the closed comms'

@@ -44,6 +44,7 @@ __all__ = [
     "ENVIRONMENT",
     "PRELOAD",
     "PRELOAD_KEYS",
+    "configured_preloads",
     "install_backends",
     "is_switched",
     "status",
@@ -123,7 +124,7 @@ def switch_on(*, config: bool = True) -> None:
     install_backends()
     if config:
         for key in PRELOAD_KEYS:
-            preloads = _as_list(dask.config.get(key, []))
+            preloads = configured_preloads(key)
             if PRELOAD not in preloads:
                 dask.config.set({key: [*preloads, PRELOAD]})
 
@@ -138,12 +139,15 @@ def switch_off(*, config: bool = True) -> None:
     backends["tls"] = _stock.pop("tls", None) or tcp.TLSBackend()
     if config:
         for key in PRELOAD_KEYS:
-            preloads = _as_list(dask.config.get(key, []))
+            preloads = configured_preloads(key)
             if PRELOAD in preloads:
                 dask.config.set({key: [p for p in preloads if p != PRELOAD]})
 
 
-def _as_list(value: Any) -> list[str]:
+def configured_preloads(key: str) -> list[str]:
+    """The preloads dask's configuration gives ``key`` (one of
+    `PRELOAD_KEYS`), as a list: dask takes one name or a list of them."""
+    value = dask.config.get(key, [])
     if not value:
         return []
     return [value] if isinstance(value, str) else list(value)
