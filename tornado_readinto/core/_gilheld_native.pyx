@@ -32,23 +32,23 @@ cdef extern from "<sys/socket.h>" nogil:
     ssize_t c_recv "recv" (int sockfd, void *buf, size_t nbytes, int flags)
 
 
+cdef int _raise_unless_interrupted() except -1:
+    """After a call that failed (``errno`` set): raise ``OSError(errno,
+    strerror)`` unless it was EINTR, else run the signal handlers, whose
+    exception ends the caller's retries; return 0 to retry."""
+    if errno != EINTR:
+        PyErr_SetFromErrno(OSError)
+    return PyErr_CheckSignals()
+
+
 # The buffers are asked for as ``memoryview(obj)`` asks (PyBUF_FULL_RO: any
 # layout, read-only or not), and their layout is checked here, so that the
 # errors are the ctypes twin's: it exports through ``memoryview``.
 
 
 def recv_into(int fd, view):
-    """``recv(fd, view, nbytes, 0)`` without releasing the GIL; the socket
-    must be non-blocking and ``view`` writable, C-contiguous and not empty.
-    Like ``socket.recv_into``, it fills up to the view's size in bytes
-    (``nbytes``), whatever its item size.
-
-    Returns the byte count (0 at EOF).
-    :raises BlockingIOError: nothing to receive (EAGAIN).
-    :raises OSError: any other error, with its ``errno``.
-    :raises TypeError: ``view`` is read-only or not C-contiguous.
-    :raises ValueError: ``view`` is empty.
-    """
+    """`_gilheld.recv_into_ctypes` in C: ``recv(fd, view, nbytes, 0)`` with
+    the GIL kept, to the same arguments, result and exceptions."""
     cdef Py_buffer target
     cdef ssize_t received
     PyObject_GetBuffer(view, &target, PyBUF_FULL_RO)
@@ -63,23 +63,14 @@ def recv_into(int fd, view):
             received = c_recv(fd, target.buf, <size_t>target.len, 0)
             if received >= 0:
                 return received
-            if errno != EINTR:
-                PyErr_SetFromErrno(OSError)  # raises OSError(errno, strerror)
-            PyErr_CheckSignals()  # a signal handler's exception ends the retries
+            _raise_unless_interrupted()
     finally:
         PyBuffer_Release(&target)
 
 
 def writev(int fd, buffers):
-    """``writev(fd, buffers)`` without releasing the GIL, for a non-blocking
-    socket; ``buffers`` are C-contiguous buffers (at most ``IOV_MAX``), sized
-    in bytes.  Each stays exported until the call returns; nothing is
-    copied; an empty one is skipped.  Returns the bytes sent.
-
-    :raises BlockingIOError: the socket's send buffer is full (EAGAIN).
-    :raises BufferError: a buffer is not C-contiguous (nothing is sent).
-    :raises OSError: any other error (EPIPE, ECONNRESET...), with its ``errno``.
-    """
+    """`_gilheld.writev_ctypes` in C: ``writev(fd, buffers)`` with the GIL
+    kept, to the same arguments, result and exceptions."""
     cdef Py_ssize_t count = len(buffers)
     cdef Py_ssize_t i
     cdef Py_ssize_t nexported = 0  # exports[:nexported] are held
@@ -109,9 +100,7 @@ def writev(int fd, buffers):
             sent = c_writev(fd, iov, <int>count)
             if sent >= 0:
                 return sent
-            if errno != EINTR:
-                PyErr_SetFromErrno(OSError)  # raises OSError(errno, strerror)
-            PyErr_CheckSignals()  # a signal handler's exception ends the retries
+            _raise_unless_interrupted()
     finally:
         for i in range(nexported):
             PyBuffer_Release(&exports[i])

@@ -87,6 +87,7 @@ cdef class ReadCore:
     @cython.locals(filled=Py_ssize_t)
     cdef object _finish_into(self)
     cdef object _finish_take(self, Py_ssize_t nbytes)
+    cdef object _start_search(self, int mode, object pattern, object max_bytes)
     cdef object _find_delimiter(self)
     cdef object _find_regex(self)
     cdef object _check_limit(self, object delimiter, Py_ssize_t size)

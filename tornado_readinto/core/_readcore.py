@@ -593,12 +593,7 @@ class ReadCore:
             the stream).
         :raises BufferBusyError: a read is pending.
         """
-        if self._mode != _IDLE:
-            raise BufferBusyError("a read is already in progress on this stream")
-        self._mode = _UNTIL
-        self._pattern = delimiter
-        self._nbytes = _max_bytes(max_bytes)
-        self._scanned = 0
+        self._start_search(_UNTIL, delimiter, max_bytes)
         if self.buffered_nbytes:
             return self._find_delimiter()
         return PENDING
@@ -619,15 +614,23 @@ class ReadCore:
             stream).
         :raises BufferBusyError: a read is pending.
         """
-        if self._mode != _IDLE:
-            raise BufferBusyError("a read is already in progress on this stream")
-        self._mode = _REGEX
-        self._pattern = regex
-        self._nbytes = _max_bytes(max_bytes)
-        self._scanned = 0  # bytes read ahead at the last search that failed
+        self._start_search(_REGEX, regex, max_bytes)
         if self.buffered_nbytes:
             return self._find_regex()
         return PENDING
+
+    def _start_search(self, mode: int, pattern: Any, max_bytes: int | None) -> None:
+        """Make the read pending a search for ``pattern`` (``mode`` `_UNTIL`
+        or `_REGEX`), of nothing searched yet.
+
+        :raises BufferBusyError: a read is pending.
+        """
+        if self._mode != _IDLE:
+            raise BufferBusyError("a read is already in progress on this stream")
+        self._mode = mode
+        self._pattern = pattern
+        self._nbytes = _max_bytes(max_bytes)
+        self._scanned = 0  # bytes read ahead at the last search that failed
 
     def read_until_close(self) -> Any:
         """Start a read of everything until EOF; return it at once if

@@ -42,36 +42,34 @@ __all__ = [
 ]
 
 
-class InPlaceTCPConnector(ReadIntoTCPConnector):
+class _TCPScheme:
+    """distributed's ``tcp://`` scheme name (and its TLS sibling's, for the
+    encryption error), in place of the ``readinto://`` plug-in's."""
+
+    prefix: ClassVar[str] = "tcp://"
+    tls_scheme: ClassVar[str] = "tls"
+
+
+class _TLSScheme(_TCPScheme):
+    """distributed's ``tls://`` scheme name."""
+
+    prefix: ClassVar[str] = "tls://"
+
+
+class InPlaceTCPConnector(_TCPScheme, ReadIntoTCPConnector):
     """Connects to ``tcp://host:port`` (any peer: stock distributed or this package)."""
 
-    prefix: ClassVar[str] = "tcp://"
-    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoComm
-    tls_scheme: ClassVar[str] = "tls"
 
-
-class InPlaceTLSConnector(ReadIntoTLSConnector):
+class InPlaceTLSConnector(_TLSScheme, ReadIntoTLSConnector):
     """Connects to ``tls://host:port`` with the ``ssl_context`` of the connection args."""
 
-    prefix: ClassVar[str] = "tls://"
-    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
-    tls_scheme: ClassVar[str] = "tls"
 
-
-class InPlaceTCPListener(ReadIntoTCPListener):
+class InPlaceTCPListener(_TCPScheme, ReadIntoTCPListener):
     """Listens on ``tcp://host:port``."""
 
-    prefix: ClassVar[str] = "tcp://"
-    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoComm
-    tls_scheme: ClassVar[str] = "tls"
 
-
-class InPlaceTLSListener(ReadIntoTLSListener):
+class InPlaceTLSListener(_TLSScheme, ReadIntoTLSListener):
     """Listens on ``tls://host:port`` with the ``ssl_context`` of the listen args."""
-
-    prefix: ClassVar[str] = "tls://"
-    comm_class: ClassVar[type[ReadIntoComm]] = ReadIntoTLSComm
-    tls_scheme: ClassVar[str] = "tls"
 
 
 class InPlaceTCPBackend(ReadIntoTCPBackend):
