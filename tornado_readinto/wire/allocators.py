@@ -200,27 +200,7 @@ class _Slot:
         self.address = -1  # computed on first need (see BufferPool._find)
 
 
-class _ReuseCounts:
-    """The two counts of an allocator that reuses memory: requests served
-    with a buffer kept for reuse (hits) and requests that took new memory
-    (misses).  The allocator adds to them under its own lock."""
-
-    def __init__(self) -> None:
-        self._hits = 0
-        self._misses = 0
-
-    @property
-    def hits(self) -> int:
-        """Requests served with a buffer kept for reuse."""
-        return self._hits
-
-    @property
-    def misses(self) -> int:
-        """Requests that took new memory (zero-byte and untracked small requests excluded)."""
-        return self._misses
-
-
-class BufferPool(_ReuseCounts):
+class BufferPool:
     """An allocator that reuses buffers the application releases.
 
     Calling the pool returns a writable ``memoryview`` of exactly ``nbytes``
@@ -302,7 +282,8 @@ class BufferPool(_ReuseCounts):
         self._outstanding: dict[int, _Slot] = {}
         self._nbytes_pooled = 0
         self._nbytes_outstanding = 0
-        super().__init__()
+        self._hits = 0
+        self._misses = 0
 
     # -- statistics -----------------------------------------------------------
 
@@ -335,6 +316,16 @@ class BufferPool(_ReuseCounts):
     def nbuffers_outstanding(self) -> int:
         """Buffers handed out and not yet released."""
         return len(self._outstanding)
+
+    @property
+    def hits(self) -> int:
+        """Requests served with a released buffer."""
+        return self._hits
+
+    @property
+    def misses(self) -> int:
+        """Requests that allocated a new buffer (zero-byte requests excluded)."""
+        return self._misses
 
     def __repr__(self) -> str:
         return (
@@ -499,7 +490,7 @@ class BufferPool(_ReuseCounts):
         raise ValueError("buffer was not handed out by this pool")
 
 
-class RecyclingAllocator(_ReuseCounts):
+class RecyclingAllocator:
     """An allocator that takes large buffers back by itself once nothing
     references them any more, and hands them out again.
 
@@ -550,12 +541,23 @@ class RecyclingAllocator(_ReuseCounts):
         self._lock = threading.RLock()
         self._free: list[mmap.mmap] = []  # unreferenced mappings, kept for reuse
         self._nbytes_retained = 0
-        super().__init__()
+        self._hits = 0
+        self._misses = 0
 
     @property
     def nbytes_retained(self) -> int:
         """Bytes of unreferenced buffers kept for reuse."""
         return self._nbytes_retained
+
+    @property
+    def hits(self) -> int:
+        """Recycled requests served with a kept buffer."""
+        return self._hits
+
+    @property
+    def misses(self) -> int:
+        """Recycled requests that mapped new memory."""
+        return self._misses
 
     def __repr__(self) -> str:
         return (
