@@ -2,7 +2,7 @@
 ``tornado_readinto/core/_policy.py``, ``_sockcalls.py``, ``_readcore.py``,
 ``_streamcore.py``,
 ``_facecore.py``, ``writebuffer.py`` and ``framing.py`` (the same ``.py`` files, typed by their ``.pxd``) and
-``busypoll.py``, ``iostream.py``, ``_eager.py``, ``framed.py`` and
+``busypoll.py``, ``iostream.py``, ``framed.py`` and
 ``allocators.py`` (as they are, no ``.pxd``) into extension modules of the
 same names, and Cython compiles ``_gilheld_native.pyx``, the GIL-keeping socket
 calls (C only: their pure twin is ``_gilheld``'s ctypes code).  The typed

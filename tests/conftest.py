@@ -178,7 +178,7 @@ class HeldCalls:
 @pytest.fixture
 def stream_clock(monkeypatch):
     """An explicit clock for the streams (their core reads ``perf_counter``
-    for busy polling, `tornado_readinto.core._policy` (`EmptyProof`) for how long a short
+    for busy polling, `tornado_readinto.core._policy` for how long a short
     recv proves a socket empty, and `tornado_readinto.core._sockcalls` to time
     socket calls).  It stands still unless the test moves it, so a test that
     counts recvs does not depend on how fast the machine runs: a stalled
@@ -194,7 +194,7 @@ def patch_stream_clock(monkeypatch, clock):
     socket calls) read ``clock`` for ``perf_counter``."""
     from tornado_readinto.core import _policy, _sockcalls
 
-    monkeypatch.setattr(_policy, "perf_counter", clock)  # (the policy's and its EmptyProof's)
+    monkeypatch.setattr(_policy, "perf_counter", clock)  # (the policy's, whose proof it times)
     monkeypatch.setattr(_sockcalls, "perf_counter", clock)
 
 

@@ -50,6 +50,7 @@ BOTH_BUILDS = (
     "tests/face/test_http_serving.py",
     "tests/face/test_tcp.py",
     "tests/face/test_eager.py",
+    "tests/face/test_read_path.py",
     "tests/face/test_direct_read.py",
     "tests/core/test_policy.py",
     "tests/face/test_handoffs.py",

@@ -71,7 +71,6 @@ _COMPILED_MODULES: tuple[str, ...] = (
     "wire.framing",
     "core.busypoll",
     "face.iostream",
-    "face._eager",
     "channel.framed",
     "wire.allocators",
 )

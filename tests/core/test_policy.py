@@ -224,7 +224,7 @@ def test_eager_futures_switched_by_their_two_flags():
 
 
 def test_the_policy_refuses_a_negative_proof_window():
-    with pytest.raises(ValueError, match="valid_s"):
+    with pytest.raises(ValueError, match="empty_proof_s must be >= 0 seconds"):
         StreamPolicy(empty_proof_s=-1.0)
 
 

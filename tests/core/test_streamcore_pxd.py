@@ -28,7 +28,6 @@ def declarations(module, name):
 @pytest.mark.parametrize(
     "module, cls",
     [
-        (_policy, _policy.EmptyProof),
         (_policy, _policy.LowWaterMark),
         (_policy, _policy.StreamPolicy),
         (_sockcalls, _sockcalls.SocketCalls),

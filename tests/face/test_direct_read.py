@@ -309,7 +309,7 @@ def test_direct_read_start_tls_hands_the_fd_over(loop_name, tls_contexts, caplog
 
 
 def test_direct_read_waiter_runs_inside_the_read_event(loop_name, monkeypatch):
-    """The same-turn wake-up (`tornado_readinto.face._eager`) holds on the direct
+    """The same-turn wake-up (`tornado_readinto.face._facecore.EagerFuture`) holds on the direct
     path: the task awaiting the read runs its next step before the READ
     callback returns."""
     monkeypatch.setattr(_gilheld, "held_until", 1.0)  # eager Futures on uvloop too (a stall was seen)

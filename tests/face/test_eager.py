@@ -1,4 +1,4 @@
-"""`tornado_readinto.face._eager.EagerFuture`: resolved the ordinary way it
+"""`tornado_readinto.face._facecore.EagerFuture`: resolved the ordinary way it
 behaves as an asyncio Future; resolved eagerly, its producer wakes the
 waiting task in the same loop turn (where no task is running), on asyncio's
 loop and uvloop.  Turns are counted with loop callbacks, never timed."""
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tornado_readinto.face._eager import EagerFuture, run_callbacks
+from tornado_readinto.face._facecore import EagerFuture, run_callbacks
 
 from ..conftest import run
 

@@ -7,7 +7,7 @@ Per message, the floor of a selector-driven loop is one poll (the one that
 reports the data).  Ours: no GIL-releasing call at all (the socket calls keep
 the GIL once a stall was seen), and the read's waiter runs in the loop turn
 that received the message, so no second poll (asyncio's loop: 1 poll per
-message; it was 2 before `tornado_readinto.face._eager`)."""
+message; it was 2 before `tornado_readinto.face._facecore.EagerFuture`)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,9 @@
 # Declarations for compiling _policy.py with Cython in pure-Python mode: the
 # same .py, typed by this file.  The mechanism (StreamCore) and the face's
 # state (FaceCore) hold the policy in a typed field, and the policy its
-# EmptyProof and LowWaterMark, so every hook is a C call.
+# LowWaterMark, so every hook is a C call.
 
 cpdef bint lowat_applies(object sock) except -1   # (LowWaterMark's, below)
-
-
-cdef class EmptyProof:
-    cdef readonly double valid_s              # how long a proof holds (0: never)
-    cdef public bint readable                 # False only after a receive proved the socket empty
-    cdef public bint short                    # ...by a short recv (not EAGAIN, EOF or an error)
-    cdef public bint unconfirmed              # not used until a receive or a send confirms the socket
-    cdef public double at                     # perf_counter() of the proof, or of the last write
-
-    cpdef bint holds(self, bint read_registered)
-    cpdef object receiving(self)
-    cpdef object emptied(self, bint short)
-    cpdef object ended(self)
-    cpdef object data_ready(self)
-    cpdef object wrote(self)
 
 
 cdef class LowWaterMark:
@@ -34,7 +19,13 @@ cdef class LowWaterMark:
 
 
 cdef class StreamPolicy:
-    cdef readonly EmptyProof proof            # the proof that the socket is empty
+    # -- the proof that the socket is empty --
+    cdef readonly double empty_proof_s        # how long a proof holds (0: never)
+    cdef readonly bint readable               # False only after a receive proved the socket empty
+    cdef readonly bint short                  # ...by a short recv (not EAGAIN, EOF or an error)
+    cdef readonly bint unconfirmed            # not used until a receive or a send confirms the socket
+    cdef readonly double proved_at            # perf_counter() of the proof, or of the last write
+    # -- the other heuristics --
     cdef readonly LowWaterMark lowat          # the receive low-water mark of large waits
     cdef readonly object busy_poll            # BusyPoll or None
     cdef readonly bint eager                  # waiting reads get an eager Future

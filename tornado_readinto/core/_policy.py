@@ -8,10 +8,10 @@ receive loop and the write queue) and the face's per-message half
 tell this object what happened and ask it what to do through the hooks
 named below, and neither reads or sets a heuristic's state.  It holds:
 
-* the proof that the socket is empty (`EmptyProof`, below):
-  `skip_receive`, `receiving`, `drained`, `ended`, `keep_receiving`,
-  `ended_short`, `unconfirm`, `data_ready`, `may_have_data`, `wrote`,
-  `confirmed`;
+* the proof that the socket is empty (its own fields, see the comments
+  below): `skip_receive`, `receiving`, `drained`, `ended`,
+  `keep_receiving`, `ended_short`, `unconfirm`, `data_ready`,
+  `may_have_data`, `wrote`, `confirmed`: each one call, no forward;
 * the receive low-water mark of large waits
   (`LowWaterMark`, below): `parked`, `read_done`;
 * busy polling (`tornado_readinto.core.busypoll.BusyPoll`): `parked`,
@@ -30,8 +30,8 @@ Each heuristic is switchable alone, at construction: ``empty_proof_s=0``,
 ``eager=False, eager_contended=False``, ``cork_max_nbytes=0``.  Nothing is
 assigned afterwards.  The compiled build types this module with
 ``_policy.pxd``: the mechanism holds the policy in a typed field, so every
-hook is a C call, and the policy its two heuristic objects, so theirs are
-too.  The three classes share this one module: a policy decision is one
+hook is a C call, and the policy its low-water mark, so that one's are
+too.  The two classes share this one module: a policy decision is one
 module away from the mechanism.
 """
 
@@ -49,7 +49,6 @@ __all__ = [
     "CORK_MAX_NBYTES",
     "StreamPolicy",
     "DRAINED_VALID_S",
-    "EmptyProof",
     "ENABLED",
     "ENV_VAR",
     "RCVLOWAT_MIN_MISSING",
@@ -61,7 +60,8 @@ __all__ = [
 
 # -- the proof that the socket is empty ------------------------------------
 # The proof that a stream's socket is empty: one heuristic of the stream,
-# in one small object (`EmptyProof`).
+# kept in the policy's own fields (`StreamPolicy.readable`, `short`,
+# `unconfirmed`, `proved_at`), so that each of its decisions is one call.
 #
 # A read that finds no bytes read ahead would try a ``recv`` before parking;
 # when the socket is known to be empty, that ``recv`` can only fail with
@@ -70,23 +70,21 @@ __all__ = [
 # than asked (plain sockets: the kernel gave all it had; TLS: fewer than a
 # full record).  The proof then holds while:
 #
-# * no READ event came since (`data_ready`),
+# * no READ event came since (`StreamPolicy.data_ready`),
 # * READ is registered with the loop, whose level-triggered selector will
-#   report new data (the caller says so: `holds`),
-# * less than ``valid_s`` passed since the receive or since the stream's last
-#   write (`wrote`: a request/response peer answers only after it), and
-# * nothing left it unconfirmed (`unconfirmed`: a loop that may stop
-#   watching a socket after an error event ran a READ callback whose receive
-#   ended short; the next receive or send confirms the socket is watched).
+#   report new data (the caller says so: `StreamPolicy.skip_receive`),
+# * less than ``empty_proof_s`` passed since the receive or since the
+#   stream's last write (`StreamPolicy.wrote`: a request/response peer
+#   answers only after it), and
+# * nothing left it unconfirmed (`StreamPolicy.unconfirm`: a loop that may
+#   stop watching a socket after an error event ran a READ callback whose
+#   receive ended short; the next receive or send confirms the socket is
+#   watched: `StreamPolicy.confirmed`).
 #
-# Switched off (``valid_s=0``), the proof never holds, and every read tries
-# the socket first.  Each stream's policy
-# (`tornado_readinto.core._policy.StreamPolicy`) keeps one `EmptyProof` and tells
-# it what happened through the hooks below; it holds no socket and makes no
-# syscall (`holds` reads the clock only when the rest already holds).
-#
-# Its fields are C fields in the compiled build, its hooks C calls from the
-# policy.
+# Switched off (``empty_proof_s=0``), the proof never holds, and every read
+# tries the socket first.  The proof holds no socket and makes no syscall
+# (`StreamPolicy.skip_receive` reads the clock only when the rest already
+# holds).
 
 #: How long a receive proves a socket empty.  A read that starts later tries
 #: ``recv`` before waiting for the event loop: when the loop thread was held
@@ -94,70 +92,6 @@ __all__ = [
 #: switch interval), the peer has most likely answered, and a read completed
 #: inline costs no poll, no parked Future and no extra loop turn.
 DRAINED_VALID_S: Final = 1e-3  # seconds
-
-
-class EmptyProof:
-    """Whether the last receive proved the socket empty, and for how long
-    that holds (see the module's docstring).
-
-    :arg valid_s: how long a proof holds after its receive or the last
-        write (default `DRAINED_VALID_S`; 0: never, the heuristic off).
-    :raises ValueError: for a negative ``valid_s``.
-    """
-
-    __slots__ = ("valid_s", "readable", "short", "unconfirmed", "at")
-
-    def __init__(self, valid_s: float = DRAINED_VALID_S) -> None:
-        if not valid_s >= 0:
-            raise ValueError(f"valid_s must be >= 0 seconds, got {valid_s}")
-        #: How long a proof holds (0: never).
-        self.valid_s = valid_s
-        #: False only after a receive proved the socket empty; a READ event
-        #: sets it back.
-        self.readable = True
-        #: The last receive ended on such a proof by a short ``recv`` (not
-        #: on EAGAIN, EOF or an error).
-        self.short = False
-        #: See the module's docstring: the proof is not used until a
-        #: receive or a send confirms the socket is still watched.
-        self.unconfirmed = False
-        #: When the proof was made, or the last write (``perf_counter``).
-        self.at = 0.0
-
-    def holds(self, read_registered: bool) -> bool:
-        """True when a receive now would only fail with EAGAIN: the proof
-        is there, confirmed, READ is registered and the window has not
-        passed.  No syscall."""
-        return (
-            not self.readable and not self.unconfirmed and read_registered and perf_counter() - self.at < self.valid_s
-        )
-
-    def receiving(self) -> None:
-        """A receive starts: what it ends on decides `short` again."""
-        self.short = False
-
-    def emptied(self, short: bool) -> None:
-        """The receive just made proved the socket empty: by a short
-        ``recv`` (``short``) or by EAGAIN."""
-        self.readable = False
-        self.short = short
-        self.at = perf_counter()
-
-    def ended(self) -> None:
-        """The peer closed: nothing more can arrive (the proof never
-        matters again, so its window is not started)."""
-        self.readable = False
-
-    def data_ready(self) -> None:
-        """A READ event (or decrypted bytes that may sit in a TLS object):
-        the socket has data."""
-        self.readable = True
-
-    def wrote(self) -> None:
-        """The stream writes: a request/response peer answers only after
-        this, so a proof's window starts again here."""
-        if not self.readable:
-            self.at = perf_counter()
 
 
 # -- the receive low-water mark --------------------------------------------
@@ -333,7 +267,10 @@ class StreamPolicy:
     :raises ValueError: a negative ``empty_proof_s``.
     """
 
-    __slots__ = ("proof", "lowat", "busy_poll", "eager", "eager_contended", "cork_max_nbytes")
+    __slots__ = (
+        "empty_proof_s", "readable", "short", "unconfirmed", "proved_at",  # the proof that the socket is empty
+        "lowat", "busy_poll", "eager", "eager_contended", "cork_max_nbytes",  # the other heuristics
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -346,8 +283,23 @@ class StreamPolicy:
         eager_contended: bool = False,
         cork_max_nbytes: int = CORK_MAX_NBYTES,
     ) -> None:
-        #: Whether the socket is proved empty.
-        self.proof = EmptyProof(empty_proof_s)
+        if not empty_proof_s >= 0:
+            raise ValueError(f"empty_proof_s must be >= 0 seconds, got {empty_proof_s}")
+        # -- the proof that the socket is empty (see the module's comments) --
+        #: How long a receive proves the socket empty (0: never).
+        self.empty_proof_s = empty_proof_s
+        #: False only after a receive proved the socket empty; a READ event
+        #: sets it back.
+        self.readable = True
+        #: The last receive ended on such a proof by a short ``recv`` (not
+        #: on EAGAIN, EOF or an error).
+        self.short = False
+        #: The proof is not used until a receive or a send confirms the
+        #: socket is still watched.
+        self.unconfirmed = False
+        #: When the proof was made, or the last write (``perf_counter``).
+        self.proved_at = 0.0
+        # -- the other heuristics --
         #: The receive low-water mark of large waits.
         self.lowat = LowWaterMark(sock, lowat)
         #: The busy-poll policy (`tornado_readinto.core.busypoll.BusyPoll`), or None.
@@ -363,37 +315,47 @@ class StreamPolicy:
 
     def skip_receive(self, read_registered: bool) -> bool:
         """A read is starting: True when a receive now would only fail with
-        EAGAIN (the socket is proved empty).  No syscall."""
-        return self.proof.holds(read_registered)
+        EAGAIN: the socket is proved empty, the proof is confirmed, READ is
+        registered (``read_registered``) and the proof's window has not
+        passed.  No syscall; a clock read only when the rest holds."""
+        return (
+            not self.readable
+            and not self.unconfirmed
+            and read_registered
+            and perf_counter() - self.proved_at < self.empty_proof_s
+        )
 
     def receiving(self) -> None:
-        """A receive starts."""
-        self.proof.receiving()
+        """A receive starts: what it ends on decides `ended_short` again."""
+        self.short = False
 
     def drained(self, short: bool) -> None:
         """The receive proved the socket empty: by a short ``recv``
-        (``short``) or by EAGAIN."""
-        self.proof.emptied(short)
+        (``short``) or by EAGAIN.  One clock read."""
+        self.readable = False
+        self.short = short
+        self.proved_at = perf_counter()
 
     def ended(self) -> None:
-        """The peer closed."""
-        self.proof.ended()
+        """The peer closed: nothing more can arrive (the proof never
+        matters again, so its window is not started)."""
+        self.readable = False
 
     def ended_short(self) -> bool:
         """The last receive ended on a short ``recv`` that proved the socket
         empty (not on EAGAIN, EOF or an error)."""
-        return self.proof.short
+        return self.short
 
     def unconfirm(self) -> None:
         """A READ event on a loop that may stop watching a socket after an
         error event ended on a short ``recv``: the proof is not used until a
         receive or a send confirms the socket is still watched."""
-        self.proof.unconfirmed = True
+        self.unconfirmed = True
 
     def keep_receiving(self) -> bool:
         """A receive that left the pending read waiting: True unless the
         socket was just proved empty (then the read parks)."""
-        return self.proof.readable
+        return self.readable
 
     def read_done(self) -> None:
         """A receive completed the pending read: its mark goes."""
@@ -417,7 +379,7 @@ class StreamPolicy:
     def data_ready(self) -> None:
         """A READ event: the socket has data (the busy-poll policy learns
         how long a parked read waited)."""
-        self.proof.data_ready()
+        self.readable = True
         poll = self.busy_poll
         if poll is not None and poll.parked_at:
             poll.data_came(perf_counter())
@@ -425,18 +387,21 @@ class StreamPolicy:
     def may_have_data(self) -> None:
         """Decrypted bytes may sit in the TLS object (its handshake just
         ended): the next read tries the socket."""
-        self.proof.data_ready()
+        self.readable = True
 
     # -- the send ----------------------------------------------------------------
 
     def wrote(self) -> None:
-        """The stream writes (a request/response peer answers after this)."""
-        self.proof.wrote()
+        """The stream writes: a request/response peer answers only after
+        this, so a proof's window starts again here (one clock read, only
+        while a proof stands)."""
+        if not self.readable:
+            self.proved_at = perf_counter()
 
     def confirmed(self) -> None:
-        """A send reached the socket: it is still watched (see
-        `EmptyProof`)."""
-        self.proof.unconfirmed = False
+        """A receive or a send reached the socket: it is still watched (see
+        `unconfirm`)."""
+        self.unconfirmed = False
 
     # -- the read's Future ---------------------------------------------------------
 

@@ -23,8 +23,7 @@ cdef class ReadAheadPool:
 
     cpdef bint has_free(self)
     cpdef object take(self)
-    cpdef bint has_room_for(self, Py_ssize_t nbytes)
-    cpdef object give(self, object view)
+    cpdef bint give_back(self, bytearray ra, object view) except -1
 
 
 @cython.final
@@ -106,5 +105,5 @@ cdef class ReadCore:
     @cython.locals(size=Py_ssize_t, ra=bytearray)
     cdef object _take_nbytes(self, Py_ssize_t nbytes)
     cdef object _take(self, Py_ssize_t nbytes)
-    @cython.locals(pool=ReadAheadPool, ra=bytearray)
+    @cython.locals(ra=bytearray)
     cdef object _release_read_ahead(self)

@@ -254,15 +254,20 @@ class ReadAheadPool:
         self.misses += 1
         return None
 
-    def has_room_for(self, nbytes: int) -> bool:
-        """True if a buffer of ``nbytes`` bytes given back now would be kept:
-        it is of the pool's size and fewer than `max_buffers` are kept."""
-        return nbytes == self.buffer_nbytes and len(self._free) < self.max_buffers
-
-    def give(self, view: memoryview) -> None:
-        """Keep ``view`` (of a whole buffer of the pool's size, referenced by
-        nothing else: see `has_room_for`) for the next `take`.  O(1)."""
-        self._free.append(view)
+    def give_back(self, ra: bytearray, view: memoryview) -> bool:
+        """Keep ``ra`` for the next `take` if it is of the pool's size, fewer
+        than `max_buffers` are kept and no view of it is alive elsewhere;
+        True if it was kept.  ``view``, its owner's one view of it, is then
+        released (a holder of that view object finds it released); when
+        ``ra`` is not kept, ``view`` is the owner's to release.  O(1): a
+        length test, a release and a list append."""
+        if len(ra) != self.buffer_nbytes or len(self._free) >= self.max_buffers:
+            return False
+        kept = reusable_view(ra, view)
+        if kept is None:
+            return False
+        self._free.append(kept)
+        return True
 
     def __repr__(self) -> str:
         return f"<ReadAheadPool of {len(self._free)} free buffers of {self.buffer_nbytes} bytes>"
@@ -1150,8 +1155,9 @@ class ReadCore:
         if size > nbytes:
             self.buffered_nbytes = size - nbytes
             self._start = start + nbytes
-        else:
-            self._take_nbytes(nbytes)
+        else:  # the last of them: no storage held
+            self.buffered_nbytes = 0
+            self._release_read_ahead()
 
     def _take_nbytes(self, nbytes: int) -> None:
         size = self.buffered_nbytes - nbytes
@@ -1186,12 +1192,8 @@ class ReadCore:
             return
         ra = self._ra
         self._ra = self._ra_view = None
-        pool = self.options.pool
-        if pool.has_room_for(len(ra)):  # type: ignore[arg-type]
-            kept = reusable_view(ra, view)  # type: ignore[arg-type]  # (releases view in the pure build)
-            if kept is not None:
-                pool.give(kept)
-                return
+        if self.options.pool.give_back(ra, view):  # type: ignore[arg-type]
+            return
         try:
             view.release()
         except BufferError:

@@ -24,7 +24,7 @@
 #         |  CLOSED (closed, eof): nothing is received any more |
 #         +-----------------------------------------------------+
 #
-# The receive (the policy's EmptyProof: readable, at):
+# The receive (the policy's proof that the socket is empty: readable, proved_at):
 #
 #         +-----------+   short recv, or EAGAIN    +--------------+
 #   ----->| READABLE  | -------------------------> | PROVED EMPTY |

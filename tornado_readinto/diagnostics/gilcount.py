@@ -290,7 +290,7 @@ def _loop_caller(frame: FrameType | None) -> FrameType | None:
 
 # Path fragments of the frames that may sit between a C loop and a coroutine
 # it runs: Tornado's readiness handler and this package's (which may step a
-# task at once, see tornado_readinto.face._eager).
+# task at once, see tornado_readinto.face._facecore.EagerFuture).
 _MACHINERY: Final = ("/tornado/", "/tornado_readinto/")
 
 # Code flags of frames that suspend and resume (coroutines and generators).

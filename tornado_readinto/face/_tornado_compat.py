@@ -71,7 +71,7 @@ if tornado.version_info[:2] < MIN_TORNADO or tornado.version_info[0] != 6:
 #: dask.distributed's TCP comm uses (``_write_buffer``, ``_total_write_index``).
 PRIVATE_STREAM_ATTRS = (
     "_read_buffer",  # a property of ours over the core (Tornado's __init__ assigns it)
-    "_read_buffer_size",  # likewise; Tornado's _maybe_add_error_listener reads it
+    "_read_buffer_size",  # likewise (Tornado's __init__ assigns it)
     "_write_buffer",  # a property over the core's queue: dask appends to it
     "_total_write_index",  # likewise: dask bumps it, then calls write(b"")
     "_total_write_done_index",  # a property over the core's count of bytes sent
@@ -94,7 +94,7 @@ PRIVATE_STREAM_HOOKS = (
     "_handle_events",  # overridden: wraps _dispatch_events (COPIED_BODIES); WRITE events come here
     "_handle_connect",  # called by our _dispatch_events
     "_signal_closed",  # extended: the core says what a pending read fails with
-    "_maybe_add_error_listener",  # called once a read or write completes
+    "_maybe_add_error_listener",  # overridden: stock's test on the core's fields; runs once a read or write completes
     "_add_io_state",  # extended: a READ it registers goes to our own reader (_read_ready)
     "_is_connreset",  # asked by the error policy and close
     "close_fd",  # called by our close
@@ -125,6 +125,11 @@ COPIED_BODIES: tuple[tuple[str, str, dict[str, str]], ...] = (
         {"6.5": "d36b9300501b90ab", "6.6": "313ff4262666b38a"},
     ),
     ("ReadIntoIOStream.start_tls", "IOStream.start_tls", {"6.5": "61514c5c406b3b12", "6.6": "248f3763384eb27d"}),
+    (
+        "ReadIntoIOStream._maybe_add_error_listener",
+        "BaseIOStream._maybe_add_error_listener",
+        {"6.5": "952c450729ddfdcb", "6.6": "952c450729ddfdcb"},
+    ),
     ("ReadIntoIOStream.set_nodelay", "IOStream.set_nodelay", {"6.5": "ec427c055ae9acee", "6.6": "ec427c055ae9acee"}),
     ("FaceCore.write_future", "BaseIOStream.write", {"6.5": "3778f04080beeb62", "6.6": "f052e857e1dc6791"}),
     (

@@ -185,7 +185,7 @@ class ReadIntoIOStream(IOStream):
     _tls_record_nbytes = 0
     # Plain sockets gather with sendmsg (TLS sockets have none).
     _gather = True
-    # How long a receive proves the socket empty (0: never; see _policy.EmptyProof).
+    # How long a receive proves the socket empty (0: never; see _policy.StreamPolicy).
     _empty_proof_s = DRAINED_VALID_S
     # Only for instances made without __init__ (read_from_fd's fallback).
     _core: FaceCore = None  # type: ignore[assignment]
@@ -954,6 +954,22 @@ class ReadIntoIOStream(IOStream):
         after = self._state
         if after is not None and after & _READ and (before is None or not before & _READ):
             self._read_directly()
+
+    def _maybe_add_error_listener(self) -> None:
+        """Tornado's: once the IOLoop watches nothing but errors, the stream
+        is open, nothing is read ahead and a close callback is set, watch
+        READ too, so that the peer closing is seen.  Stock's test on the
+        core's fields, in one call (stock's reads three of this class's
+        properties); runs after each read or write that completes."""
+        core = self._core
+        state = core.state
+        if (
+            (state is None or state == _ERROR)
+            and self._close_callback is not None
+            and not core.io.closed
+            and not core.reads.buffered_nbytes
+        ):
+            self._add_io_state(_READ)
 
     def _read_directly(self) -> None:
         """Replace the reader that Tornado just registered for the stream's
